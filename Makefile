@@ -1,0 +1,26 @@
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+.PHONY: install demo test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	# The exact pin first: it takes the CPU build on disk instead of gigabytes of CUDA wheels.
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/allgpu demo
+
+test: install
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) benchmarks/mirrored_vs_ddp.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
