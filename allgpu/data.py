@@ -1,0 +1,269 @@
+"""Distributed datasets: disjoint per-replica shards of each global batch, loader workers, device prefetch.
+
+``strategy.distribute_dataset(dataset, global_batch_size=B)`` follows ``tf.distribute``'s
+``experimental_distribute_dataset``: each step, the B examples of one global batch are split into N contiguous
+per-replica batches of B / N, so N replicas see exactly the examples one replica would see at batch B, in the
+same order (the equivalence invariant). The order is a permutation seeded by ``seed + epoch``: reshuffled each
+epoch, identical on every replica without communication. The position (epoch, step) is part of
+:meth:`DistributedDataset.state_dict`, so a resumed run, with any number of replicas, continues with exactly the
+examples not yet seen.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
+
+
+@dataclass(frozen=True)
+class InputContext:
+    """What an input function needs to know about its replica (``tf.distribute.InputContext``).
+
+    Attributes:
+        num_input_pipelines: number of input pipelines (one per replica here).
+        input_pipeline_id: this pipeline's index (the replica's rank).
+        num_replicas_in_sync: replicas in the job.
+    """
+
+    num_input_pipelines: int
+    input_pipeline_id: int
+    num_replicas_in_sync: int
+
+    def get_per_replica_batch_size(self, global_batch_size: int) -> int:
+        """``global_batch_size / num_replicas_in_sync``. Raises ValueError when it does not divide."""
+        return per_replica_batch_size(global_batch_size, self.num_replicas_in_sync)
+
+
+def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
+    """Split a global batch evenly. Raises ValueError naming both numbers and the nearest valid sizes."""
+    if not isinstance(global_batch_size, int) or global_batch_size < 1:
+        raise ValueError(f"global_batch_size={global_batch_size!r}; expected a positive integer.")
+    if global_batch_size % num_replicas:
+        lower = global_batch_size // num_replicas * num_replicas
+        raise ValueError(
+            f"global_batch_size={global_batch_size} is not divisible by the {num_replicas} replicas in sync, so the "
+            f"replicas would get unequal batches. Fix: use a multiple of {num_replicas}, e.g. "
+            f"{lower or num_replicas} or {lower + num_replicas}."
+        )
+    return global_batch_size // num_replicas
+
+
+def auto_num_workers(local_replicas: int) -> int:
+    """Loader workers per replica: the cores left after one per replica, shared out, at most 4."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(0, min(4, cores // max(1, local_replicas) - 1))
+
+
+class ShardSampler(Sampler):
+    """Yields this replica's index list for each step of an epoch.
+
+    Args:
+        length: examples in the dataset.
+        global_batch_size: B, examples per step across all replicas.
+        num_replicas / rank: N and this replica's index.
+        shuffle / seed: order is ``torch.randperm(length)`` seeded with ``seed + epoch`` when shuffling.
+        drop_remainder: drop the last partial global batch; otherwise it is padded with examples from the start
+            of the epoch's order up to a multiple of N (as ``DistributedSampler`` pads), so replicas stay in step.
+    """
+
+    def __init__(self, length, global_batch_size, num_replicas, rank, *, shuffle=True, seed=0, drop_remainder=True):
+        self.length = length
+        self.global_batch_size = global_batch_size
+        self.per_replica = per_replica_batch_size(global_batch_size, num_replicas)
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_remainder = drop_remainder
+        self.epoch = 0
+        self.start_step = 0
+        if self.steps_per_epoch() == 0:
+            raise ValueError(
+                f"the dataset has {length} examples, fewer than one global batch of {global_batch_size} with "
+                "drop_remainder=True, so an epoch would have no step. Fix: a smaller global_batch_size or "
+                "drop_remainder=False."
+            )
+
+    def steps_per_epoch(self) -> int:
+        full, rest = divmod(self.length, self.global_batch_size)
+        return full + (1 if rest and not self.drop_remainder else 0)
+
+    def order(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.length))
+        generator = torch.Generator().manual_seed(self.seed + epoch)
+        return torch.randperm(self.length, generator=generator).tolist()
+
+    def global_batch(self, order: list[int], step: int) -> list[int]:
+        batch = order[step * self.global_batch_size : (step + 1) * self.global_batch_size]
+        short = -len(batch) % self.num_replicas
+        return batch + order[:short]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = self.order(self.epoch)
+        for step in range(self.start_step, self.steps_per_epoch()):
+            batch = self.global_batch(order, step)
+            per = len(batch) // self.num_replicas
+            yield batch[self.rank * per : (self.rank + 1) * per]
+
+    def __len__(self) -> int:
+        return self.steps_per_epoch() - self.start_step
+
+
+def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """Move every tensor in a (nested tuple / list / dict) batch to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, (list, tuple)):
+        moved = [to_device(b, device, non_blocking) for b in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in batch.items()}
+    return batch
+
+
+class _DeviceFeed:
+    """Iterates ``source`` one batch ahead, copying the next batch to the device while the current one trains.
+
+    ``wait_s`` accumulates the seconds spent waiting for input (the step monitor's "input wait").
+    """
+
+    def __init__(self, source: Iterable, device: torch.device):
+        self.device = device
+        self.wait_s = 0.0
+        self.batches = 0
+        self._it = iter(source)
+        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._next = self._fetch()
+
+    def _fetch(self):
+        start = time.perf_counter()
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            return StopIteration
+        finally:
+            self.wait_s += time.perf_counter() - start
+        if self._stream is None:
+            return to_device(batch, self.device)
+        with torch.cuda.stream(self._stream):
+            return to_device(batch, self.device, non_blocking=True)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = self._next
+        if batch is StopIteration:
+            raise StopIteration
+        if self._stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self._stream)
+        self._next = self._fetch()
+        self.batches += 1
+        return batch
+
+
+class DistributedDataset:
+    """This replica's view of a dataset distributed across replicas; iterate it once per epoch.
+
+    Each iteration yields per-replica batches (``(B / N, ...)`` tensors, already on the replica's device) and
+    advances the epoch, so the next iteration is reshuffled. Built by ``Strategy.distribute_dataset``.
+    """
+
+    def __init__(self, dataset: Dataset, *, global_batch_size: int, num_replicas: int, rank: int,
+                 device: torch.device, shuffle: bool = True, seed: int = 0, num_workers: int | str = "auto",
+                 drop_remainder: bool = True, local_replicas: int | None = None, collate_fn: Callable | None = None):
+        if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+            raise TypeError(
+                f"distribute_dataset needs a map-style dataset (with __len__ and __getitem__); got "
+                f"{type(dataset).__name__}. Fix: wrap tensors in torch.utils.data.TensorDataset, or build a per-replica "
+                "pipeline with strategy.distribute_datasets_from_function(fn)."
+            )
+        self.dataset = dataset
+        self.device = device
+        self.global_batch_size = global_batch_size
+        self.sampler = ShardSampler(len(dataset), global_batch_size, num_replicas, rank, shuffle=shuffle,
+                                    seed=seed, drop_remainder=drop_remainder)
+        self.per_replica_batch_size = self.sampler.per_replica
+        workers = auto_num_workers(local_replicas or num_replicas) if num_workers == "auto" else int(num_workers)
+        self.num_workers = workers
+        self._loader_kwargs = dict(
+            num_workers=workers,
+            pin_memory=device.type == "cuda",
+            persistent_workers=False,
+            **({"prefetch_factor": 4} if workers else {}),
+            **({"collate_fn": collate_fn} if collate_fn else {}),
+        )
+        self._resume: tuple[int, int] | None = None
+        self._next_epoch = 0
+        self.epoch = 0
+        self.step = 0
+        self.feed: _DeviceFeed | None = None
+
+    def __len__(self) -> int:
+        """Steps per epoch."""
+        return self.sampler.steps_per_epoch()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch ``epoch`` (the order of each epoch depends only on seed and epoch)."""
+        self._next_epoch = epoch
+        self._resume = None
+
+    def __iter__(self) -> Iterator:
+        epoch, start = self._resume if self._resume else (self._next_epoch, 0)
+        self._resume = None
+        self.sampler.epoch, self.sampler.start_step = epoch, start
+        self.epoch, self.step = epoch, start
+        self._next_epoch = epoch + 1
+        loader = DataLoader(self.dataset, batch_sampler=self.sampler, **self._loader_kwargs)
+        self.feed = _DeviceFeed(loader, self.device)
+        for batch in self.feed:
+            yield batch
+            self.step += 1
+
+    def state_dict(self) -> dict:
+        """Input position: the epoch in progress and the global batches of it already consumed."""
+        steps = len(self)
+        if self.step >= steps:  # the epoch is finished: resume at the start of the next one
+            return {"epoch": self.epoch + 1, "step": 0, "seed": self.sampler.seed,
+                    "global_batch_size": self.global_batch_size}
+        return {"epoch": self.epoch, "step": self.step, "seed": self.sampler.seed,
+                "global_batch_size": self.global_batch_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume at ``state``'s position; any number of replicas may load it (positions count global batches).
+
+        Raises:
+            ValueError: the saved global batch size or seed differs, so the position would not mean the same.
+        """
+        for key in ("global_batch_size", "seed"):
+            mine = self.global_batch_size if key == "global_batch_size" else self.sampler.seed
+            if state.get(key, mine) != mine:
+                raise ValueError(
+                    f"the saved input position was taken with {key}={state[key]}, this dataset has {key}={mine}; "
+                    f"resuming would skip or repeat examples. Fix: distribute the dataset with {key}={state[key]}."
+                )
+        self._resume = (int(state["epoch"]), int(state["step"]))
+        self._next_epoch = int(state["epoch"])
+
+
+class PerReplicaInput:
+    """The result of ``distribute_datasets_from_function``: the replica's own iterable, fed to its device."""
+
+    def __init__(self, source: Iterable, device: torch.device, context: InputContext):
+        self.source = source
+        self.device = device
+        self.context = context
+        self.feed: _DeviceFeed | None = None
+
+    def __iter__(self):
+        self.feed = _DeviceFeed(self.source, self.device)
+        return self.feed
+
+    def __len__(self) -> int:
+        return len(self.source)  # raises TypeError for sources without a length, as iterables do

@@ -1,0 +1,268 @@
+"""Launch-free start: re-executing the running script once per extra device, and ``allgpu.launch(fn)``.
+
+This module is the launcher boundary: the only place that writes the environment variables a replica reads
+(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, the same names
+torchrun uses, plus ``ALLGPU_DEVICES``, the device list, and ``ALLGPU_ERROR_DIR``, where a failing replica leaves
+its traceback). Replicas then join exactly as they would under torchrun.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from allgpu.devices import Device, parse_device, resolve_replica_devices
+from allgpu.errors import ReplicaFailedError
+
+ENV_DEVICES = "ALLGPU_DEVICES"
+ENV_ERROR_DIR = "ALLGPU_ERROR_DIR"
+ENV_TIMEOUT = "ALLGPU_TIMEOUT"
+# Seconds a replica waits for its peers after one of them has failed, before the whole job is ended.
+FAILURE_GRACE_S = 5.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` now (the OS picks it; a race with another program is possible)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def replica_env(rank: int, devices: Sequence[Device], port: int, error_dir: str, timeout_s: float) -> dict[str, str]:
+    """The environment variables that make a process replica ``rank`` of a loopback job over ``devices``."""
+    world = len(devices)
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "ALLGPU_CLUSTER_SOURCE": "allgpu",
+        ENV_DEVICES: ",".join(str(d) for d in devices),
+        ENV_ERROR_DIR: error_dir,
+        ENV_TIMEOUT: str(timeout_s),
+        # One CPU thread pool per replica would oversubscribe the cores; torchrun makes the same choice.
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world))),
+    }
+
+
+def error_file(error_dir: str, rank: int) -> Path:
+    return Path(error_dir) / f"replica-{rank}.txt"
+
+
+def install_replica_excepthook(rank: int, error_dir: str | None) -> None:
+    """Make an uncaught exception in replica ``rank`` leave its traceback where the supervisor finds it."""
+    if not error_dir:
+        return
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        try:
+            error_file(error_dir, rank).write_text(text)
+        except OSError:
+            pass
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: a replica never outlives replica 0
+    except OSError:
+        pass
+
+
+def script_command() -> list[str]:
+    """The command line that started this interpreter, to re-execute it for the other replicas.
+
+    Raises:
+        RuntimeError: the program is not a script (``python -c``, a REPL or a notebook), which cannot be
+            re-executed; ``allgpu.launch(fn)`` is the way there.
+    """
+    argv = list(getattr(sys, "orig_argv", [])) or [sys.executable, *sys.argv]
+    main = sys.modules.get("__main__")
+    if "-c" in argv[1:2] or not getattr(main, "__file__", None):
+        raise RuntimeError(
+            "this program is not a script file (python -c, a REPL or a notebook), so its replicas cannot be started "
+            "by re-executing it. Fix: put the training in a function and call allgpu.launch(fn, num_replicas=N)."
+        )
+    argv[0] = sys.executable
+    return argv
+
+
+class ScriptReplicas:
+    """Replicas 1..N-1 of the running script, started and watched by replica 0 (this process).
+
+    If a replica exits with an error, its traceback is printed naming it, the other replicas are stopped, and
+    replica 0 ends within ``FAILURE_GRACE_S`` seconds if it has not failed on its own by then: never a hang.
+    """
+
+    def __init__(self, devices: Sequence[Device], timeout_s: float):
+        self.devices = list(devices)
+        self.port = free_port()
+        self.error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
+        self.timeout_s = timeout_s
+        self.failure: ReplicaFailedError | None = None
+        self._procs: dict[int, subprocess.Popen] = {}
+        self._stopping = False
+
+    def start(self) -> None:
+        command = script_command()
+        for rank in range(1, len(self.devices)):
+            env = {**os.environ, **replica_env(rank, self.devices, self.port, self.error_dir, self.timeout_s)}
+            self._procs[rank] = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent)
+        threading.Thread(target=self._watch, name="allgpu-replica-watch", daemon=True).start()
+        atexit.register(self._at_exit)
+
+    def env_for_self(self) -> dict[str, str]:
+        return replica_env(0, self.devices, self.port, self.error_dir, self.timeout_s)
+
+    def _watch(self) -> None:
+        while not self._stopping:
+            for rank, proc in self._procs.items():
+                code = proc.poll()
+                if code not in (None, 0) and not self._stopping:
+                    self._fail(rank, code)
+                    return
+            time.sleep(0.1)
+
+    def _fail(self, rank: int, code: int) -> None:
+        path = error_file(self.error_dir, rank)
+        remote = path.read_text() if path.exists() else None
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        self.failure = ReplicaFailedError(f"replica {rank} {how}", rank=rank, remote_traceback=remote)
+        banner = f"\nallgpu: replica {rank} {how}; stopping the other replicas."
+        print(banner + (f" Its traceback:\n{remote}" if remote else ""), file=sys.stderr, flush=True)
+        self.stop()
+        time.sleep(FAILURE_GRACE_S)
+        os._exit(1)  # replica 0 did not fail by itself in the grace period: it is waiting on a dead peer
+
+    def stop(self) -> None:
+        self._stopping = True
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self._procs.values():
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    def _at_exit(self) -> None:
+        if self._stopping:
+            return
+        deadline = time.monotonic() + self.timeout_s + 10
+        for rank, proc in self._procs.items():
+            try:
+                code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                code = None
+            if code not in (0,):
+                self._stopping = True
+                print(f"allgpu: replica {rank} did not finish cleanly (exit code {code}).", file=sys.stderr)
+                self.stop()
+                os._exit(1)
+        self._stopping = True
+
+
+def _replica_main(rank, fn, devices, port, error_dir, timeout_s, args, kwargs, results):
+    import torch
+
+    os.environ.update(replica_env(rank, devices, port, error_dir, timeout_s))
+    if not devices[rank].is_cuda:  # forked after torch started: the variable alone no longer applies
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    value = fn(*args, **kwargs)
+    # Plain pickle: torch's queue reduction shares memory by file descriptor, gone once the replica exits.
+    results.put((rank, pickle.dumps(value)))
+
+
+def launch(
+    fn: Callable[..., Any],
+    *,
+    num_replicas: int | None = None,
+    devices: Sequence | None = None,
+    args: Sequence = (),
+    kwargs: dict | None = None,
+    timeout: float = 1800.0,
+    start_method: str | None = None,
+) -> list[Any]:
+    """Run ``fn(*args, **kwargs)`` in one process per replica, for notebooks and functions.
+
+    Inside ``fn``, ``MirroredStrategy()`` joins the job (as under torchrun). Follows Accelerate's
+    ``notebook_launcher`` and ``torch.multiprocessing.start_processes``.
+
+    Args:
+        fn: a function; with the ``fork`` start method it may be defined in a notebook.
+        num_replicas: number of replicas; default one per visible GPU, else 2 CPU replicas.
+        devices: device names instead of ``num_replicas`` (``["/gpu:0", "/gpu:1"]``, ``["/cpu:0", "/cpu:1"]``).
+        timeout: collective timeout in seconds for the job's process group.
+        start_method: ``"fork"`` (default where CUDA is not yet initialised) or ``"spawn"``.
+
+    Returns:
+        ``fn``'s return values, indexed by rank.
+
+    Raises:
+        ReplicaFailedError: a replica raised or died; ``.rank`` and ``.remote_traceback`` say which and where.
+            The other replicas are stopped at once.
+    """
+    import torch
+    import torch.multiprocessing as mp
+
+    device_list = resolve_replica_devices(num_replicas, devices, cpu_replicas_by_default=2)
+    if start_method is None:
+        start_method = "spawn" if torch.cuda.is_initialized() else "fork"
+    ctx = mp.get_context(start_method)
+    results = ctx.SimpleQueue()
+    error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
+    try:
+        mp.start_processes(
+            _replica_main,
+            args=(fn, device_list, free_port(), error_dir, timeout, tuple(args), dict(kwargs or {}), results),
+            nprocs=len(device_list),
+            join=True,
+            start_method=start_method,
+        )
+    except mp.ProcessRaisedException as exc:
+        raise ReplicaFailedError(
+            f"replica {exc.error_index} raised; the other replicas were stopped. Its traceback:\n{exc.msg}",
+            rank=exc.error_index,
+            remote_traceback=exc.msg,
+        ) from None
+    except mp.ProcessExitedException as exc:
+        raise ReplicaFailedError(
+            f"replica {exc.error_index} died ({exc.msg.strip()}); the other replicas were stopped.",
+            rank=exc.error_index,
+        ) from None
+    values: list[Any] = [None] * len(device_list)
+    while not results.empty():
+        rank, value = results.get()
+        values[rank] = pickle.loads(value)
+    return values
+
+
+def launched_settings(env=None) -> tuple[list[Device] | None, str | None, float | None]:
+    """What the launcher left for this replica: the job's device list, error folder and collective timeout."""
+    env = os.environ if env is None else env
+    devices = env.get(ENV_DEVICES)
+    timeout = env.get(ENV_TIMEOUT)
+    return (
+        [parse_device(d) for d in devices.split(",")] if devices else None,
+        env.get(ENV_ERROR_DIR),
+        float(timeout) if timeout else None,
+    )

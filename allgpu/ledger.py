@@ -1,0 +1,105 @@
+"""A small per-replica ledger of collectives, kept in the job's rendezvous store, that turns a hang into a name.
+
+Each replica records, before each collective it issues through a strategy, its sequence number, the operation,
+the tensor shapes, the user's source line and the current step, under ``allgpu/ledger/<rank>`` in the
+process group's store (a ``torch.distributed.TCPStore``). When a collective fails or times out, the replica
+reads every entry and says which replica is behind or diverged, at which collective, from which line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_KEY = "allgpu/ledger/{}"
+
+
+def user_line() -> str:
+    """``file:line`` of the innermost caller outside allgpu and torch (the user's code that issued a call)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not path.startswith(_PACKAGE_DIR) and f"{os.sep}torch{os.sep}" not in path and "contextlib" not in path:
+            return f"{os.path.basename(path)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+@dataclass
+class Entry:
+    seq: int
+    op: str
+    shapes: list
+    where: str
+    step: int
+    time: float
+
+    def describe(self) -> str:
+        return f"collective #{self.seq} {self.op} {self.shapes} at {self.where} (step {self.step})"
+
+
+class Ledger:
+    """Records this replica's collectives; explains a failed one from every replica's record.
+
+    Args:
+        store: the process group's key-value store, or None (a world of one: nothing to record).
+        rank / world_size: this replica's place.
+    """
+
+    def __init__(self, store, rank: int, world_size: int):
+        self.store = store
+        self.rank = rank
+        self.world_size = world_size
+        self.seq = 0
+        self.step = 0
+        self.last: Entry | None = None
+
+    def enter(self, op: str, shapes: list, where: str | None = None) -> Entry:
+        self.seq += 1
+        entry = Entry(self.seq, op, shapes, where or user_line(), self.step, time.time())
+        self.last = entry
+        if self.store is not None:
+            self.store.set(_KEY.format(self.rank), json.dumps(entry.__dict__))
+        return entry
+
+    def read_all(self) -> dict[int, Entry | None]:
+        """Every replica's last entry (None where a replica has issued none). Raises if the store is gone."""
+        out: dict[int, Entry | None] = {}
+        for rank in range(self.world_size):
+            key = _KEY.format(rank)
+            out[rank] = Entry(**json.loads(self.store.get(key))) if self.store.check([key]) else None
+        return out
+
+    def explain(self, waited_s: float | None = None) -> tuple[str, list[int]]:
+        """A paragraph naming the replicas that are behind or diverged, and their ranks."""
+        mine = self.last
+        head = f"replica {self.rank} " + (f"waited {waited_s:.1f} s in " if waited_s is not None else "failed in ")
+        head += mine.describe() if mine else "a collective"
+        if self.store is None:
+            return head + ".", []
+        try:
+            entries = self.read_all()
+        except Exception as exc:  # the store lives in replica 0's process; it may be gone
+            return f"{head}. The job's store could not be read ({exc}); replica 0 may have exited.", []
+        lines, culprits = [], []
+        for rank, entry in entries.items():
+            if rank == self.rank:
+                continue
+            if entry is None:
+                lines.append(f"replica {rank} has issued no collective yet")
+                culprits.append(rank)
+            elif mine is not None and entry.seq < mine.seq:
+                lines.append(f"replica {rank} is behind, at {entry.describe()}")
+                culprits.append(rank)
+            elif mine is not None and entry.seq == mine.seq and (entry.op, entry.shapes) != (mine.op, mine.shapes):
+                lines.append(f"replica {rank} diverged: its {entry.describe()}")
+                culprits.append(rank)
+            elif mine is not None and entry.seq > mine.seq:
+                lines.append(f"replica {rank} is ahead, at {entry.describe()}")
+        if not culprits and not lines:
+            return head + "; every replica reached the same collective (a network or device fault?).", []
+        return head + ". " + "; ".join(lines) + ".", culprits

@@ -1,0 +1,161 @@
+"""The replicas of one job: process-group start and the collectives a strategy offers.
+
+A :class:`ReplicaGroup` wraps a ``torch.distributed`` process group (NCCL on CUDA, Gloo on CPU) and adds what
+users need when something goes wrong: every collective is entered in the :class:`~allgpu.ledger.Ledger`, and a
+failed or timed-out one raises an error that names the replica that did not arrive. A world of one has no
+process group at all; its collectives return their input.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from allgpu.cluster import ClusterSpec
+from allgpu.errors import CollectiveTimeoutError, ReplicaFailedError
+from allgpu.ledger import Ledger
+
+REDUCE_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "mean": dist.ReduceOp.SUM,  # divided by the world size afterwards: Gloo has no AVG
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+}
+
+
+def default_backend(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+class ReplicaGroup:
+    """This process's view of the job: rank, world size, device, and collectives.
+
+    Attributes:
+        rank: global replica index (``replica_id_in_sync``).
+        world_size: number of replicas (``num_replicas_in_sync``).
+        device: this replica's ``torch.device``.
+        timeout_s: collective timeout in seconds.
+    """
+
+    def __init__(self, rank: int, world_size: int, device: torch.device, timeout_s: float, owns_group: bool):
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device
+        self.timeout_s = timeout_s
+        self.owns_group = owns_group
+        store = _default_store() if world_size > 1 else None
+        self.ledger = Ledger(store, rank, world_size)
+
+    @classmethod
+    def single(cls, device: torch.device) -> "ReplicaGroup":
+        """A world of one on ``device``: no process group."""
+        return cls(0, 1, device, 0.0, owns_group=False)
+
+    @classmethod
+    def join(
+        cls, spec: ClusterSpec, device: torch.device, timeout_s: float, *, from_env: bool, backend: str | None = None
+    ) -> "ReplicaGroup":
+        """Join (or start) the job's default process group.
+
+        ``from_env``: the spec was read from this process's environment, so the ``env://`` rendezvous applies
+        (under torchrun it reuses the elastic agent's store); otherwise ``tcp://MASTER_ADDR:MASTER_PORT``.
+
+        Raises:
+            RuntimeError: from ``torch.distributed.init_process_group`` (rendezvous timeout, NCCL missing).
+        """
+        owns = False
+        if not dist.is_initialized():
+            backend = backend or default_backend(device)
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            kwargs = {"device_id": device} if backend == "nccl" else {}
+            dist.init_process_group(
+                backend,
+                init_method="env://" if from_env else f"tcp://{spec.master_addr}:{spec.master_port}",
+                **({} if from_env else {"rank": spec.rank, "world_size": spec.world_size}),
+                timeout=timedelta(seconds=timeout_s),
+                **kwargs,
+            )
+            owns = True
+        return cls(dist.get_rank(), dist.get_world_size(), device, timeout_s, owns_group=owns)
+
+    # -- collectives -------------------------------------------------------------------------------------------
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum", where: str | None = None) -> torch.Tensor:
+        """All-reduce ``tensor`` in place with ``op`` in ``"sum" | "mean" | "max" | "min"``; returns it."""
+        if self.world_size == 1:
+            return tensor
+        self._run(f"all_reduce({op})", [tensor], lambda: dist.all_reduce(tensor, op=REDUCE_OPS[op]), where)
+        if op == "mean":
+            tensor.div_(self.world_size)
+        return tensor
+
+    def all_gather(self, tensor: torch.Tensor, where: str | None = None) -> list[torch.Tensor]:
+        """Every replica's ``tensor`` (same shape on all), in rank order."""
+        if self.world_size == 1:
+            return [tensor]
+        out = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        self._run("all_gather", [tensor], lambda: dist.all_gather(out, tensor.contiguous()), where)
+        return out
+
+    def all_gather_object(self, obj, where: str | None = None) -> list:
+        """Every replica's picklable ``obj``, in rank order."""
+        if self.world_size == 1:
+            return [obj]
+        out = [None] * self.world_size
+        self._run("all_gather_object", [], lambda: dist.all_gather_object(out, obj), where)
+        return out
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0, where: str | None = None) -> torch.Tensor:
+        """Overwrite ``tensor`` on every replica with replica ``src``'s; returns it."""
+        if self.world_size > 1:
+            self._run(f"broadcast(src={src})", [tensor], lambda: dist.broadcast(tensor, src), where)
+        return tensor
+
+    def barrier(self, where: str | None = None) -> None:
+        """Wait until every replica arrives here."""
+        if self.world_size > 1:
+            self._run("barrier", [], lambda: dist.barrier(), where)
+
+    def _run(self, op: str, tensors: list, call, where: str | None) -> None:
+        self.ledger.enter(op, [list(t.shape) for t in tensors], where)
+        start = time.monotonic()
+        try:
+            call()
+        except Exception as exc:  # Gloo/NCCL raise RuntimeError subclasses with transport-level text
+            raise self.explain_failure(exc, time.monotonic() - start) from exc
+
+    def explain_failure(self, exc: BaseException, waited_s: float) -> Exception:
+        """Turn a backend error into one that names the replicas behind it (from the ledger)."""
+        text, culprits = self.ledger.explain(waited_s)
+        raw = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "timed out" in str(exc).lower() or "timeout" in str(exc).lower():
+            return CollectiveTimeoutError(
+                f"{text} The collective timed out after {self.timeout_s:g} s (backend said: {raw}). "
+                "Fix: make every replica issue the same collectives in the same order; raise timeout= if a "
+                "replica is only slow.",
+                missing_ranks=culprits,
+            )
+        return ReplicaFailedError(
+            f"{text} The backend reported: {raw}. A peer replica has probably exited or crashed; its own "
+            "traceback is printed above.",
+            rank=culprits[0] if culprits else None,
+        )
+
+    def close(self) -> None:
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self.owns_group = False
+
+
+def _default_store():
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+    except ImportError:  # a private helper; without it the ledger is off, the collectives still work
+        return None
+    try:
+        return _get_default_store()
+    except Exception:
+        return None

@@ -1,0 +1,7 @@
+"""Distribution strategies, one per file: where parameters live and how they are kept in sync."""
+
+from allgpu.strategies.base import Strategy
+from allgpu.strategies.mirrored import MirroredStrategy
+from allgpu.strategies.one_device import OneDeviceStrategy
+
+__all__ = ["Strategy", "OneDeviceStrategy", "MirroredStrategy"]

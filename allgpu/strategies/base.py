@@ -1,0 +1,233 @@
+"""The ``Strategy`` base: the public API, validated once here, on top of a :class:`ReplicaGroup`.
+
+Vocabulary follows ``tf.distribute.Strategy``: a *replica* is one process bound to one device;
+``num_replicas_in_sync`` is the number of replicas (the world size); ``replica_id_in_sync`` is this replica's
+rank. There is no cross-replica context to enter: every replica runs the whole program (SPMD), as under DDP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+
+from allgpu.accumulate import Accumulation
+from allgpu.data import DistributedDataset, InputContext, PerReplicaInput
+from allgpu.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
+from allgpu.replica_group import REDUCE_OPS, ReplicaGroup
+from allgpu.sync import GradientSync
+
+
+class Strategy:
+    """Where parameters live and how they are kept in sync.
+
+    Subclasses build the :class:`ReplicaGroup` and choose whether unmirrored parameters are errors.
+    """
+
+    def __init__(self, group: ReplicaGroup, *, check_mirrored: bool, bucket_cap_mb: float = 25.0):
+        self._group = group
+        self._sync = GradientSync(group, bucket_cap_mb=bucket_cap_mb)
+        self._check = MirrorCheck(group.world_size, group.rank) if check_mirrored else None
+        self._mirrored_ids: set[int] = set()
+        self._scope_depth = 0
+
+    # -- who and where -----------------------------------------------------------------------------------------
+    @property
+    def num_replicas_in_sync(self) -> int:
+        """Replicas in the job (world size)."""
+        return self._group.world_size
+
+    @property
+    def replica_id_in_sync(self) -> int:
+        """This replica's index, ``0 <= id < num_replicas_in_sync`` (rank)."""
+        return self._group.rank
+
+    @property
+    def device(self) -> torch.device:
+        """This replica's device."""
+        return self._group.device
+
+    @property
+    def is_chief(self) -> bool:
+        """True on replica 0, the one that logs, prints progress and writes checkpoints."""
+        return self._group.rank == 0
+
+    @property
+    def gradient_sync(self) -> GradientSync:
+        """The gradient synchroniser (counters ``rounds``, ``collectives``, ``wait_s``)."""
+        return self._sync
+
+    @property
+    def replica_group(self) -> ReplicaGroup:
+        return self._group
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(replica {self.replica_id_in_sync} of {self.num_replicas_in_sync}, "
+                f"device={self.device})")
+
+    # -- variables ---------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def scope(self) -> Iterator["Strategy"]:
+        """Modules and optimizers created inside are mirrored.
+
+        Their parameters are allocated on the replica's device, made identical on every replica (broadcast from
+        replica 0) when the outermost scope exits, and their gradients are averaged across replicas by the time
+        ``loss.backward()`` returns. Follows ``tf.distribute.Strategy.scope``.
+        """
+        recorder = ScopeRecorder()
+        self._scope_depth += 1
+        try:
+            with torch.device(self.device), recorder:
+                yield self
+        finally:
+            self._scope_depth -= 1
+        self._mirror(recorder.params, recorder.buffers)
+
+    def mirror(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Mirror a module built outside ``scope()`` (loaded from disk, say): move, broadcast, sync. Returns it."""
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
+        self._mirror(list(module.parameters()), list(module.buffers()))
+        return module
+
+    def _mirror(self, params: list, buffers: list) -> None:
+        params = [p for p in params if id(p) not in self._mirrored_ids]
+        if not params and not buffers:
+            return
+        mirror_tensors(params + buffers, self._group)
+        self._mirrored_ids.update(id(p) for p in params)
+        self._sync.add(params)
+        if self._check is not None:
+            self._check.add(params)
+
+    # -- computation -------------------------------------------------------------------------------------------
+    def run(self, fn: Callable, args: tuple = (), kwargs: dict | None = None) -> Any:
+        """Run ``fn(*args, **kwargs)`` on this replica and return its result (``tf.distribute.Strategy.run``).
+
+        Every replica calls ``run`` with its own per-replica values; collectives inside ``fn`` (gradient sync,
+        ``reduce``) meet the other replicas' calls.
+        """
+        if not callable(fn):
+            raise TypeError(f"strategy.run(fn, ...) needs a callable fn; got {type(fn).__name__}.")
+        if not isinstance(args, (tuple, list)):
+            raise TypeError(f"strategy.run(fn, args=...) takes a tuple of arguments; got {type(args).__name__}. "
+                            "Fix: args=(batch,) with a trailing comma.")
+        return fn(*args, **(kwargs or {}))
+
+    def reduce(self, op: str, value: Any, axis: int | None = None) -> torch.Tensor:
+        """Combine ``value`` across replicas (``tf.distribute.Strategy.reduce``).
+
+        Args:
+            op: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"`` (``tf.distribute.ReduceOp.SUM`` etc. also accepted).
+            value: a tensor or number, same shape on every replica.
+            axis: also reduce along this axis of each replica's value; ``"mean"`` then averages over all
+                elements of all replicas (correct when replicas hold different counts).
+
+        Returns:
+            The reduced tensor on this replica's device, identical on every replica.
+
+        Raises:
+            ValueError: unknown ``op``. CollectiveTimeoutError: a replica did not arrive in time.
+        """
+        op = _op_name(op)
+        tensor = torch.as_tensor(value, device=self.device)
+        if not tensor.is_floating_point() and op == "mean":
+            tensor = tensor.double()
+        tensor = tensor.detach().clone()
+        if axis is None:
+            return self._group.all_reduce(tensor, op)
+        if op == "mean":
+            local = tensor.double().sum(axis)
+            packed = torch.cat([local.reshape(-1), local.new_tensor([tensor.shape[axis]])])
+            packed = self._group.all_reduce(packed, "sum")
+            return (packed[:-1] / packed[-1]).reshape(local.shape).to(tensor.dtype)
+        local = {"sum": tensor.sum, "max": lambda a: tensor.amax(a), "min": lambda a: tensor.amin(a)}[op](axis)
+        return self._group.all_reduce(local.contiguous(), op)
+
+    def gather(self, value: Any, axis: int = 0) -> torch.Tensor:
+        """Concatenate every replica's ``value`` along ``axis``, in replica order (``Strategy.gather``).
+
+        Sizes along ``axis`` may differ between replicas (an uneven last batch); other dimensions must match.
+        Returns a tensor of shape ``(sum of sizes along axis, ...)`` on this replica's device.
+        """
+        tensor = torch.as_tensor(value, device=self.device)
+        if tensor.dim() == 0:
+            tensor = tensor.reshape(1)
+        size = torch.tensor([tensor.shape[axis]], device=self.device)
+        sizes = [int(s) for s in self._group.all_gather(size)]
+        biggest = max(sizes)
+        if tensor.shape[axis] < biggest:
+            pad_shape = list(tensor.shape)
+            pad_shape[axis] = biggest - tensor.shape[axis]
+            tensor = torch.cat([tensor, tensor.new_zeros(pad_shape)], dim=axis)
+        parts = self._group.all_gather(tensor.contiguous())
+        return torch.cat([p.narrow(axis, 0, s) for p, s in zip(parts, sizes)], dim=axis)
+
+    def barrier(self) -> None:
+        """Wait until every replica reaches this call."""
+        self._group.barrier()
+
+    # -- gradients ---------------------------------------------------------------------------------------------
+    def accumulate(self, k: int) -> Accumulation:
+        """Gradient accumulation over ``k`` micro-batches with one all-reduce round, not ``k``.
+
+        Use the returned object as a context around each micro-batch's backward; step the optimizer when
+        ``acc.sync_step`` is True. Gradients are averaged over the ``k`` micro-batches and the replicas, so
+        ``k`` micro-batches of size b equal one batch of size ``k * b``. Do not divide the loss by ``k``.
+        """
+        return Accumulation(self._sync, k)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate gradients locally without all-reduce (DDP's ``no_sync``)."""
+        previous = self._sync.enabled
+        self._sync.enabled = False
+        try:
+            yield
+        finally:
+            self._sync.enabled = previous
+
+    # -- input -------------------------------------------------------------------------------------------------
+    def distribute_dataset(self, dataset, global_batch_size: int, *, shuffle: bool = True, seed: int = 0,
+                           num_workers: int | str = "auto", drop_remainder: bool = True,
+                           collate_fn: Callable | None = None) -> DistributedDataset:
+        """Each replica gets disjoint ``global_batch_size / num_replicas_in_sync``-example batches every step.
+
+        See :class:`allgpu.data.DistributedDataset`. Raises ValueError when the global batch does not divide
+        evenly, TypeError for an iterable-style dataset.
+        """
+        return DistributedDataset(dataset, global_batch_size=global_batch_size, num_replicas=self.num_replicas_in_sync,
+                                  rank=self.replica_id_in_sync, device=self.device, shuffle=shuffle, seed=seed,
+                                  num_workers=num_workers, drop_remainder=drop_remainder,
+                                  local_replicas=self._local_replicas(), collate_fn=collate_fn)
+
+    def experimental_distribute_dataset(self, dataset, global_batch_size: int, **kwargs) -> DistributedDataset:
+        """Alias of :meth:`distribute_dataset`, under ``tf.distribute``'s name."""
+        return self.distribute_dataset(dataset, global_batch_size, **kwargs)
+
+    def distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any]) -> PerReplicaInput:
+        """Call ``dataset_fn(input_context)`` on each replica; its iterable of per-replica batches is fed to the device.
+
+        The function shards and batches for itself, using ``input_context.input_pipeline_id`` and
+        ``input_context.get_per_replica_batch_size(global_batch_size)``.
+        """
+        context = InputContext(self.num_replicas_in_sync, self.replica_id_in_sync, self.num_replicas_in_sync)
+        return PerReplicaInput(dataset_fn(context), self.device, context)
+
+    def _local_replicas(self) -> int:
+        return self.num_replicas_in_sync
+
+    def close(self) -> None:
+        """Leave the job: remove hooks, destroy the process group this strategy started."""
+        if self._check is not None:
+            self._check.close()
+        self._group.close()
+
+
+def _op_name(op: Any) -> str:
+    name = getattr(op, "name", op)  # tf.distribute.ReduceOp.SUM has .name == "SUM"
+    name = str(name).lower()
+    if name not in REDUCE_OPS:
+        raise ValueError(f"reduce op {op!r} is not supported; expected one of 'sum', 'mean', 'max', 'min'.")
+    return name

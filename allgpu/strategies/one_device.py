@@ -1,0 +1,31 @@
+"""``OneDeviceStrategy``: everything on one device (``tf.distribute.OneDeviceStrategy``).
+
+Useful to write code once against the strategy API and to compare a single replica with many.
+"""
+
+from __future__ import annotations
+
+from allgpu.devices import parse_device
+from allgpu.errors import DeviceError
+from allgpu.replica_group import ReplicaGroup
+from allgpu.strategies.base import Strategy
+from allgpu.devices import cuda_device_count, why_no_gpu
+
+
+class OneDeviceStrategy(Strategy):
+    """One replica on ``device``.
+
+    Args:
+        device: any accepted device name (``"/gpu:0"``, ``"cuda:1"``, ``"/cpu:0"``).
+
+    Raises:
+        DeviceError: a bad name, or a GPU that is not visible (the message says why none is).
+    """
+
+    def __init__(self, device="/cpu:0"):
+        parsed = parse_device(device)
+        if parsed.is_cuda and parsed.index >= cuda_device_count():
+            count = cuda_device_count()
+            reason = why_no_gpu() if count == 0 else f"only {count} GPUs are visible"
+            raise DeviceError(f"OneDeviceStrategy({device!r}): that GPU is not available: {reason}")
+        super().__init__(ReplicaGroup.single(parsed.torch_device()), check_mirrored=False)

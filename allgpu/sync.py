@@ -1,0 +1,143 @@
+"""Gradient synchronisation: buckets, asynchronous all-reduce overlapped with the backward pass, no-sync.
+
+Follows the design of PyTorch DDP's reducer (Li et al., "PyTorch Distributed: Experiences on Accelerating Data
+Parallel Training", VLDB 2020): parameters are grouped into buckets of about ``bucket_cap_mb`` MiB in reverse
+registration order (roughly the order gradients become ready); a post-accumulate-grad hook marks each parameter
+ready, and a bucket whose parameters are all ready is all-reduced asynchronously while the backward pass goes
+on. Buckets are launched strictly in index order so every replica issues the same collectives in the same
+order. An autograd engine callback at the end of backward launches what remains (a parameter unused this step
+contributes zeros), waits, and leaves each ``param.grad`` as a view of its averaged bucket (no copy back).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+import torch
+import torch.distributed as dist
+
+from allgpu.replica_group import ReplicaGroup
+
+
+class _Bucket:
+    def __init__(self, params: list[torch.nn.Parameter]):
+        self.params = params
+        self.numel = sum(p.numel() for p in params)
+        self.buffer = torch.zeros(self.numel, dtype=params[0].dtype, device=params[0].device)
+        self.views, offset = [], 0
+        for p in params:
+            self.views.append(self.buffer[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+        self.ready = 0
+        self.work = None
+
+
+class GradientSync:
+    """Averages gradients of registered parameters across the replicas of ``group``.
+
+    Args:
+        group: the replicas; with a world of one and no accumulation, the hooks return at once.
+        bucket_cap_mb: bucket size in MiB (DDP's default is 25).
+
+    Attributes:
+        rounds: backward passes whose gradients were all-reduced (one per optimizer step, k micro-batches
+            under accumulation count once).
+        collectives: all-reduce calls issued (buckets), for tests and the step monitor.
+        wait_s: seconds the last round spent waiting for all-reduces beyond what overlapped the backward.
+    """
+
+    def __init__(self, group: ReplicaGroup, bucket_cap_mb: float = 25.0):
+        self.group = group
+        self.bucket_cap_bytes = int(bucket_cap_mb * 1024 * 1024)
+        self.params: list[torch.nn.Parameter] = []
+        self._known: set[int] = set()
+        self.buckets: list[_Bucket] = []
+        self._bucket_of: dict[int, tuple[int, int]] = {}
+        self.enabled = True
+        self.divisor = float(group.world_size)
+        self.rounds = 0
+        self.collectives = 0
+        self.wait_s = 0.0
+        self._active = False
+        self._next = 0
+
+    @property
+    def needed(self) -> bool:
+        return self.group.world_size > 1 or self.divisor != 1.0
+
+    def add(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """Register parameters (already identical on every replica); rebuilds the buckets."""
+        new = [p for p in params if p.requires_grad and id(p) not in self._known]
+        for p in new:
+            self._known.add(id(p))
+            self.params.append(p)
+            p.register_post_accumulate_grad_hook(self._on_grad_ready)
+        if new:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        self.buckets, self._bucket_of = [], {}
+        current: list[torch.nn.Parameter] = []
+        size = 0
+        for p in reversed(self.params):
+            nbytes = p.numel() * p.element_size()
+            if current and (size + nbytes > self.bucket_cap_bytes or p.dtype != current[0].dtype
+                            or p.device != current[0].device):
+                self.buckets.append(_Bucket(current))
+                current, size = [], 0
+            current.append(p)
+            size += nbytes
+        if current:
+            self.buckets.append(_Bucket(current))
+        for b, bucket in enumerate(self.buckets):
+            for i, p in enumerate(bucket.params):
+                self._bucket_of[id(p)] = (b, i)
+
+    # -- during backward ---------------------------------------------------------------------------------------
+    def _on_grad_ready(self, param: torch.nn.Parameter) -> None:
+        if not self.enabled or not self.needed:
+            return
+        if not self._active:
+            self._active = True
+            self._next = 0
+            for bucket in self.buckets:
+                bucket.ready = 0
+            torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
+        b, _ = self._bucket_of[id(param)]
+        self.buckets[b].ready += 1
+        while self._next < len(self.buckets) and self.buckets[self._next].ready == len(self.buckets[self._next].params):
+            self._launch(self.buckets[self._next])
+            self._next += 1
+
+    def _launch(self, bucket: _Bucket) -> None:
+        for p, view in zip(bucket.params, bucket.views):
+            grad = p.grad
+            if grad is None:
+                view.zero_()
+            elif grad.data_ptr() != view.data_ptr():
+                view.copy_(grad)
+        bucket.buffer.div_(self.divisor)
+        if self.group.world_size > 1:
+            bucket.work = dist.all_reduce(bucket.buffer, async_op=True)
+            self.collectives += 1
+
+    def _finalize(self) -> None:
+        start = time.perf_counter()
+        try:
+            while self._next < len(self.buckets):
+                self._launch(self.buckets[self._next])
+                self._next += 1
+            for bucket in self.buckets:
+                if bucket.work is not None:
+                    try:
+                        bucket.work.wait()
+                    except Exception as exc:
+                        raise self.group.explain_failure(exc, time.perf_counter() - start) from exc
+                    bucket.work = None
+                for p, view in zip(bucket.params, bucket.views):
+                    p.grad = view
+        finally:
+            self._active = False
+        self.rounds += 1
+        self.wait_s = time.perf_counter() - start
