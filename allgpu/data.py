@@ -267,3 +267,15 @@ class PerReplicaInput:
 
     def __len__(self) -> int:
         return len(self.source)  # raises TypeError for sources without a length, as iterables do
+
+
+def evaluation_shard(dataset: Dataset, *, per_replica_batch_size: int, num_replicas: int, rank: int,
+                     device: torch.device, num_workers: int = 0) -> Iterable:
+    """Examples ``rank, rank + N, ...`` in order, batched: every example exactly once across replicas, no padding.
+
+    Replicas may get one batch more or less than each other, so evaluation must not issue collectives per batch.
+    """
+    indices = list(range(rank, len(dataset), num_replicas))
+    batches = [indices[i : i + per_replica_batch_size] for i in range(0, len(indices), per_replica_batch_size)]
+    loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, pin_memory=device.type == "cuda")
+    return _DeviceFeed(loader, device)

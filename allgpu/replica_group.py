@@ -80,7 +80,10 @@ class ReplicaGroup:
                 **kwargs,
             )
             owns = True
-        return cls(dist.get_rank(), dist.get_world_size(), device, timeout_s, owns_group=owns)
+        group = cls(dist.get_rank(), dist.get_world_size(), device, timeout_s, owns_group=owns)
+        if owns:
+            group.barrier(where="process-group start")  # every replica connected, or a start failure here
+        return group
 
     # -- collectives -------------------------------------------------------------------------------------------
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum", where: str | None = None) -> torch.Tensor:

@@ -84,10 +84,9 @@ class MirroredStrategy(Strategy):
             self._replicas = ScriptReplicas(devices, timeout)
             self._replicas.start()
             spec = ClusterSpec(0, len(devices), 0, len(devices), "127.0.0.1", self._replicas.port, "allgpu")
-            group = ReplicaGroup.join(spec, devices[0].torch_device(), timeout, from_env=False, backend=backend)
-            group.barrier(where="MirroredStrategy start")
-            return group
+            return ReplicaGroup.join(spec, devices[0].torch_device(), timeout, from_env=False, backend=backend)
         except Exception as exc:  # driver, NCCL, rendezvous: every start failure is handled the same way
+            reason = str(exc).rstrip(". ")
             if self._replicas is not None:
                 self._replicas.stop()
                 self._replicas = None
@@ -96,13 +95,13 @@ class MirroredStrategy(Strategy):
             names = [str(d) for d in devices]
             if fallback == "error":
                 raise StrategyStartError(
-                    f"MirroredStrategy could not start on {names}: {exc}. Fix: run `allgpu doctor`, or pass "
+                    f"MirroredStrategy could not start on {names}: {reason}. Fix: run `allgpu doctor`, or pass "
                     "fallback='one_device' to continue on one device."
                 ) from exc
             one = Device("cuda", 0) if cuda_device_count() else Device("cpu", 0)
-            self.fallback_reason = f"{exc}"
+            self.fallback_reason = reason
             warnings.warn(
-                f"MirroredStrategy could not start on {names}: {exc}. Continuing on one device ({one}) because "
+                f"MirroredStrategy could not start on {names}: {reason}. Continuing on one device ({one}) because "
                 "fallback='one_device'; pass fallback='error' to stop instead.",
                 RuntimeWarning,
                 stacklevel=3,
