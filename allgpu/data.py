@@ -223,8 +223,8 @@ class DistributedDataset:
         loader = DataLoader(self.dataset, batch_sampler=self.sampler, **self._loader_kwargs)
         self.feed = _DeviceFeed(loader, self.device)
         for batch in self.feed:
+            self.step += 1  # counted on delivery: a state saved after this step's update resumes after it
             yield batch
-            self.step += 1
 
     def state_dict(self) -> dict:
         """Input position: the epoch in progress and the global batches of it already consumed."""

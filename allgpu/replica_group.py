@@ -8,6 +8,7 @@ process group at all; its collectives return their input.
 
 from __future__ import annotations
 
+import atexit
 import time
 from datetime import timedelta
 
@@ -82,6 +83,8 @@ class ReplicaGroup:
             owns = True
         group = cls(dist.get_rank(), dist.get_world_size(), device, timeout_s, owns_group=owns)
         if owns:
+            # Left to interpreter shutdown, Gloo's threads can abort the process (std::terminate).
+            atexit.register(group.close)
             group.barrier(where="process-group start")  # every replica connected, or a start failure here
         return group
 

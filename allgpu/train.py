@@ -144,7 +144,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
                 warned = True
             optimizer.zero_grad(set_to_none=True)
         acc.reset()
-        elapsed = time.perf_counter() - start
+        # The slowest replica's time, so every replica reports the same throughput.
+        elapsed = float(strategy.reduce("max", time.perf_counter() - start))
         logs = sums.result(strategy)
         logs["samples_per_second"] = float(strategy.reduce("sum", float(seen))) / max(elapsed, 1e-9)
         if validation_data is not None:

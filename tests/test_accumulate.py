@@ -1,0 +1,65 @@
+import pytest
+import torch
+
+import allgpu
+from tests.test_equivalence import make_data
+
+
+def _run(k: int, global_batch_size: int, optimizer_steps: int = 5):
+    strategy = allgpu.MirroredStrategy()
+    torch.manual_seed(0)
+    with strategy.scope():
+        model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = strategy.distribute_dataset(make_data(), global_batch_size, seed=3, num_workers=0)
+    acc = strategy.accumulate(k)
+    steps = 0
+    for x, y in data:
+        with acc:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+        if acc.sync_step:
+            optimizer.step()
+            optimizer.zero_grad()
+            steps += 1
+            if steps == optimizer_steps:
+                break
+    sync = strategy.gradient_sync
+    return [p.detach().clone() for p in model.parameters()], sync.rounds, sync.collectives, len(sync.buckets)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_k_micro_batches_are_one_all_reduce_and_one_big_batch(replicas):
+    accumulated = allgpu.launch(_run, num_replicas=replicas, args=(4, 8))
+    big = allgpu.launch(_run, num_replicas=replicas, args=(1, 32))
+    params, rounds, collectives, buckets = accumulated[0]
+    assert rounds == 5  # 20 micro-batches, 5 all-reduce rounds
+    assert collectives == (5 * buckets if replicas > 1 else 0)
+    for got, want in zip(params, big[0][0]):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def _no_sync_keeps_local_gradients():
+    strategy = allgpu.MirroredStrategy()
+    with strategy.scope():
+        layer = torch.nn.Linear(2, 1, bias=False)
+    x = torch.full((1, 2), float(strategy.replica_id_in_sync + 1))
+    with strategy.no_sync():
+        layer(x).sum().backward()
+    local = layer.weight.grad.clone()
+    layer.weight.grad = None
+    layer(x).sum().backward()
+    return local.tolist(), layer.weight.grad.tolist()
+
+
+@pytest.mark.timeout(60)
+def test_no_sync_skips_the_all_reduce():
+    (local0, synced0), (local1, synced1) = allgpu.launch(_no_sync_keeps_local_gradients, num_replicas=2)
+    assert local0 == [[1.0, 1.0]] and local1 == [[2.0, 2.0]]
+    assert synced0 == synced1 == [[1.5, 1.5]]
+
+
+def test_accumulate_rejects_bad_k():
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    with pytest.raises(ValueError, match="positive integer"):
+        strategy.accumulate(0)

@@ -1,0 +1,77 @@
+import time
+
+import pytest
+import torch
+
+import allgpu
+from allgpu.errors import CollectiveTimeoutError, ReplicaFailedError
+
+
+def _values():
+    strategy = allgpu.MirroredStrategy()
+    r = strategy.replica_id_in_sync
+    value = torch.tensor([r + 1.0, 10.0 * (r + 1)])
+    ragged = torch.arange(r + 1, dtype=torch.float32) + 10 * r  # replica r holds r + 1 values
+    return {
+        "sum": strategy.reduce("sum", value).tolist(),
+        "mean": strategy.reduce("mean", value).tolist(),
+        "max": strategy.reduce("max", value).tolist(),
+        "min": strategy.reduce("MIN", value).tolist(),
+        "number": strategy.reduce("sum", 1).item(),
+        "mean_axis": strategy.reduce("mean", ragged, axis=0).item(),
+        "sum_axis": strategy.reduce("sum", ragged, axis=0).item(),
+        "gather": strategy.gather(ragged).tolist(),
+        "gather_2d": strategy.gather(torch.full((r + 1, 2), float(r)), axis=0).shape,
+        "ids": (strategy.replica_id_in_sync, strategy.num_replicas_in_sync),
+    }
+
+
+@pytest.mark.timeout(60)
+def test_reduce_and_gather_values_on_three_replicas():
+    results = allgpu.launch(_values, num_replicas=3)
+    for rank, got in enumerate(results):
+        assert got["sum"] == [6.0, 60.0]
+        assert got["mean"] == [2.0, 20.0]
+        assert got["max"] == [3.0, 30.0]
+        assert got["min"] == [1.0, 10.0]
+        assert got["number"] == 3
+        # all six values: 0 | 10 11 | 20 21 22 -> mean 14, sum 84
+        assert got["mean_axis"] == pytest.approx(84 / 6)
+        assert got["sum_axis"] == 84
+        assert got["gather"] == [0.0, 10.0, 11.0, 20.0, 21.0, 22.0]
+        assert tuple(got["gather_2d"]) == (6, 2)
+        assert got["ids"] == (rank, 3)
+
+
+def test_one_device_reduce_is_identity_and_bad_op_is_named():
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    assert strategy.reduce("mean", torch.tensor([1.0, 3.0]), axis=0).item() == 2.0
+    assert strategy.gather(torch.ones(2, 3)).shape == (2, 3)
+    with pytest.raises(ValueError, match="'prod'.*'sum', 'mean', 'max', 'min'"):
+        strategy.reduce("prod", 1.0)
+
+
+def _replica_one_skips_a_reduce():
+    strategy = allgpu.MirroredStrategy(timeout=3)
+    strategy.reduce("sum", 1.0)
+    if strategy.replica_id_in_sync == 0:
+        strategy.reduce("sum", 2.0)  # replica 1 never makes this call
+    else:
+        time.sleep(8)  # alive but elsewhere: the timeout, not a closed connection, must catch it
+    return "finished"
+
+
+@pytest.mark.timeout(60)
+def test_a_skipped_collective_times_out_naming_the_replica_and_the_line():
+    start = time.monotonic()
+    with pytest.raises(ReplicaFailedError) as info:
+        allgpu.launch(_replica_one_skips_a_reduce, num_replicas=2, timeout=3)
+    assert time.monotonic() - start < 3 + 10
+    text = info.value.remote_traceback
+    assert "CollectiveTimeoutError" in text
+    assert "replica 0 waited" in text and "all_reduce(sum)" in text
+    assert "replica 1 is behind" in text and "test_collectives.py:56" in text  # replica 1's last reduce
+
+
+def test_timeout_error_is_typed():
+    assert issubclass(CollectiveTimeoutError, RuntimeError)

@@ -1,0 +1,86 @@
+import pytest
+
+from allgpu.devices import Device, parse_cuda_visible_devices, parse_device, parse_devices, resolve_replica_devices
+from allgpu.errors import DeviceError
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("/gpu:1", Device("cuda", 1)),
+    ("/GPU:1", Device("cuda", 1)),
+    ("GPU:1", Device("cuda", 1)),
+    ("gpu:3", Device("cuda", 3)),
+    ("cuda:1", Device("cuda", 1)),
+    ("cuda", Device("cuda", 0)),
+    ("/cpu:0", Device("cpu", 0)),
+    ("CPU:0", Device("cpu", 0)),
+    ("cpu", Device("cpu", 0)),
+    (" /gpu:2 ", Device("cuda", 2)),
+])
+def test_device_names_parse(name, expected):
+    assert parse_device(name) == expected
+
+
+def test_full_tensorflow_name_keeps_job_and_task():
+    device = parse_device("/job:worker/replica:0/task:1/device:GPU:0")
+    assert (device.kind, device.index, device.task) == ("cuda", 0, ("worker", 1))
+    assert parse_device("/device:CPU:0") == Device("cpu", 0)
+
+
+def test_torch_device_parses():
+    import torch
+
+    assert parse_device(torch.device("cuda", 2)) == Device("cuda", 2)
+    assert parse_device(torch.device("cpu")).torch_device() == torch.device("cpu")
+
+
+@pytest.mark.parametrize("bad", ["/gpu:", "gpu:-1", "tpu:0", "/gpu:one", "", "/job:worker/device:GPU", "cuda:0:1"])
+def test_bad_names_quote_the_name_and_the_accepted_forms(bad):
+    with pytest.raises(DeviceError) as info:
+        parse_device(bad)
+    assert repr(bad) in str(info.value)
+    assert "/gpu:N" in str(info.value) and "cuda:N" in str(info.value)
+
+
+def test_device_lists_reject_duplicates_and_mixtures():
+    assert parse_devices(["/cpu:0", "/cpu:1"]) == [Device("cpu", 0), Device("cpu", 1)]
+    with pytest.raises(DeviceError, match="twice"):
+        parse_devices(["/gpu:0", "cuda:0"])
+    with pytest.raises(DeviceError, match="mixes CPU and GPU"):
+        parse_devices(["/gpu:0", "/cpu:0"])
+    with pytest.raises(DeviceError, match="names no device"):
+        parse_devices([])
+
+
+@pytest.mark.parametrize("value, entries, problem", [
+    (None, None, None),
+    ("0,1,2,3", (0, 1, 2, 3), None),
+    ("2", (2,), "Only one GPU"),
+    ("", (), "empty"),
+    ("-1", (), "negative"),
+    ("0,1,x,2", (0, 1), "'x'"),
+    ("1,1", (1,), "twice"),
+    ("GPU-8f2a1b3c-0000-1111-2222-333344445555,1", ("GPU-8f2a1b3c-0000-1111-2222-333344445555", 1), None),
+    ("MIG-1a2b3c4d-0000-1111-2222-333344445555", ("MIG-1a2b3c4d-0000-1111-2222-333344445555",), "Only one"),
+])
+def test_cuda_visible_devices_is_parsed_like_the_cuda_runtime(value, entries, problem):
+    visible = parse_cuda_visible_devices(value)
+    assert visible.entries == entries
+    if problem is None:
+        assert visible.problem is None
+    else:
+        assert problem in visible.problem
+
+
+def test_visible_devices_explanation_counts_hidden_gpus():
+    text = parse_cuda_visible_devices("0").explain(physical_count=4)
+    assert "visible cuda:0 = physical GPU 0" in text and "3 of the driver's 4 GPUs hidden" in text
+    assert "no GPU is visible" in parse_cuda_visible_devices("").explain()
+
+
+def test_replica_devices_without_gpu_are_cpu_replicas():
+    assert resolve_replica_devices(3, None) == [Device("cpu", i) for i in range(3)]
+    assert resolve_replica_devices(None, None) == [Device("cpu", 0)]
+    with pytest.raises(DeviceError, match="num_replicas=2 but devices= lists 3"):
+        resolve_replica_devices(2, ["/cpu:0", "/cpu:1", "/cpu:2"])
+    with pytest.raises(DeviceError, match="positive"):
+        resolve_replica_devices(0, None)
