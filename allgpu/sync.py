@@ -20,6 +20,9 @@ import torch.distributed as dist
 from allgpu.replica_group import ReplicaGroup
 
 
+FIRST_BUCKET_BYTES = 1024 * 1024
+
+
 class _Bucket:
     def __init__(self, params: list[torch.nn.Parameter]):
         self.params = params
@@ -82,7 +85,9 @@ class GradientSync:
         size = 0
         for p in reversed(self.params):
             nbytes = p.numel() * p.element_size()
-            if current and (size + nbytes > self.bucket_cap_bytes or p.dtype != current[0].dtype
+            # A small first bucket starts communication early, as DDP's 1 MiB first bucket does.
+            cap = FIRST_BUCKET_BYTES if not self.buckets else self.bucket_cap_bytes
+            if current and (size + nbytes > cap or p.dtype != current[0].dtype
                             or p.device != current[0].device):
                 self.buckets.append(_Bucket(current))
                 current, size = [], 0

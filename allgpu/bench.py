@@ -1,0 +1,139 @@
+"""Throughput benchmark: allgpu ``MirroredStrategy`` against hand-written PyTorch DDP, and scaling.
+
+Both sides train the same model on the same in-memory batches with the same optimizer, in replicas started
+the same way (``allgpu.launch``), so the only difference is how gradients are synchronised: allgpu's
+post-accumulate-grad hooks and bucketed async all-reduce, or ``torch.nn.parallel.DistributedDataParallel``'s
+C++ reducer. Runs alternate (allgpu, DDP, allgpu, ...) and the median of each is reported, which keeps a noisy
+machine from favouring one side.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+MODELS = {
+    # name: (builder, input shape per example, classes, global batch size)
+    "digits_cnn": ("allgpu.demo:digits_cnn", (1, 8, 8), 10, 64),
+    "mlp_1m": ("allgpu.bench:mlp_1m", (784,), 10, 128),
+}
+
+
+def mlp_1m() -> nn.Module:
+    """784-1024-256-10 MLP: 1.07M parameters."""
+    return nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def _build(path: str) -> nn.Module:
+    module, name = path.split(":")
+    return getattr(__import__(module, fromlist=[name]), name)()
+
+
+def _batches(shape, classes, per_replica, count, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(per_replica, *shape, generator=g).to(device),
+             torch.randint(0, classes, (per_replica,), generator=g).to(device)) for _ in range(count)]
+
+
+def _timed_loop(model, optimizer, batches, warmup, device) -> float:
+    loss_fn = nn.CrossEntropyLoss()
+    for i, (x, y) in enumerate(batches):
+        if i == warmup:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def _replica(kind: str, model_name: str, steps: int, warmup: int, device_kind: str) -> float:
+    """One replica's run; returns the job's samples/s (global batch x steps / slowest replica's seconds)."""
+    import torch.distributed as dist
+
+    import allgpu
+
+    builder, shape, classes, global_batch = MODELS[model_name]
+    if kind == "allgpu":
+        strategy = allgpu.MirroredStrategy()
+        device, world = strategy.device, strategy.num_replicas_in_sync
+        torch.manual_seed(0)
+        with strategy.scope():
+            model = _build(builder)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    else:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        local = int(__import__("os").environ["LOCAL_RANK"])
+        device = torch.device("cuda", local) if device_kind == "cuda" else torch.device("cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        world = dist.get_world_size()
+        torch.manual_seed(0)
+        model = DDP(_build(builder).to(device), device_ids=[device] if device.type == "cuda" else None)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    batches = _batches(shape, classes, global_batch // world, warmup + steps, device, seed=dist.get_rank()
+                       if dist.is_initialized() else 0)
+    seconds = _timed_loop(model, optimizer, batches, warmup, device)
+    if dist.is_initialized():
+        t = torch.tensor([seconds], device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        seconds = float(t)
+        dist.destroy_process_group()
+    return global_batch * steps / seconds
+
+
+@dataclass
+class Comparison:
+    model: str
+    replicas: int
+    device: str
+    allgpu_samples_per_s: float
+    ddp_samples_per_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.allgpu_samples_per_s / self.ddp_samples_per_s
+
+
+def compare(model_name: str, *, replicas: int = 2, device: str = "cpu", steps: int = 200, warmup: int = 20,
+            rounds: int = 3) -> Comparison:
+    """Median samples/s of ``rounds`` alternating runs of allgpu and DDP on ``replicas`` replicas."""
+    import allgpu
+
+    devices = [f"/{'gpu' if device == 'cuda' else 'cpu'}:{i}" for i in range(replicas)]
+    runs: dict[str, list[float]] = {"allgpu": [], "ddp": []}
+    for _ in range(rounds):
+        for kind in ("allgpu", "ddp"):
+            runs[kind].append(allgpu.launch(_replica, devices=devices, args=(kind, model_name, steps, warmup, device),
+                                            start_method="spawn" if device == "cuda" else None)[0])
+    return Comparison(model_name, replicas, device, statistics.median(runs["allgpu"]), statistics.median(runs["ddp"]))
+
+
+def scaling(model_name: str, *, replicas: int = 2, device: str = "cpu", steps: int = 200, warmup: int = 20) -> dict:
+    """allgpu samples/s at 1 and at ``replicas`` replicas, same global batch (strong scaling)."""
+    import allgpu
+
+    out = {}
+    for n in sorted({1, replicas}):
+        devices = [f"/{'gpu' if device == 'cuda' else 'cpu'}:{i}" for i in range(n)]
+        out[n] = allgpu.launch(_replica, devices=devices, args=("allgpu", model_name, steps, warmup, device),
+                               start_method="spawn" if device == "cuda" else None)[0]
+    return out
+
+
+def format_comparisons(rows: list[Comparison]) -> str:
+    lines = [f"{'model':<12} {'replicas':>8} {'device':>6} {'allgpu samples/s':>17} {'DDP samples/s':>14} "
+             f"{'allgpu/DDP':>10}"]
+    for r in rows:
+        lines.append(f"{r.model:<12} {r.replicas:>8} {r.device:>6} {r.allgpu_samples_per_s:>17.0f} "
+                     f"{r.ddp_samples_per_s:>14.0f} {r.ratio:>10.3f}")
+    return "\n".join(lines)
