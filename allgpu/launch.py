@@ -40,22 +40,27 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def replica_env(rank: int, devices: Sequence[Device], port: int, error_dir: str, timeout_s: float) -> dict[str, str]:
-    """The environment variables that make a process replica ``rank`` of a loopback job over ``devices``."""
-    world = len(devices)
+def replica_env(local_rank: int, devices: Sequence[Device], port: int, error_dir: str, timeout_s: float, *,
+                rank_offset: int = 0, world_size: int | None = None, master_addr: str = "127.0.0.1") -> dict[str, str]:
+    """The environment variables that make a process local replica ``local_rank`` of a job over ``devices``.
+
+    On one machine the global rank is the local rank; a multi-worker job passes this worker's ``rank_offset``
+    (first global rank), the job's ``world_size`` and worker 0's ``master_addr``.
+    """
+    local_world = len(devices)
     return {
-        "RANK": str(rank),
-        "WORLD_SIZE": str(world),
-        "LOCAL_RANK": str(rank),
-        "LOCAL_WORLD_SIZE": str(world),
-        "MASTER_ADDR": "127.0.0.1",
+        "RANK": str(rank_offset + local_rank),
+        "WORLD_SIZE": str(world_size or local_world),
+        "LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(local_world),
+        "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(port),
         "ALLGPU_CLUSTER_SOURCE": "allgpu",
         ENV_DEVICES: ",".join(str(d) for d in devices),
         ENV_ERROR_DIR: error_dir,
         ENV_TIMEOUT: str(timeout_s),
         # One CPU thread pool per replica would oversubscribe the cores; torchrun makes the same choice.
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world))),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // local_world))),
     }
 
 
@@ -113,9 +118,11 @@ class ScriptReplicas:
     replica 0 ends within ``FAILURE_GRACE_S`` seconds if it has not failed on its own by then: never a hang.
     """
 
-    def __init__(self, devices: Sequence[Device], timeout_s: float):
+    def __init__(self, devices: Sequence[Device], timeout_s: float, *, rank_offset: int = 0,
+                 world_size: int | None = None, master_addr: str = "127.0.0.1", master_port: int | None = None):
         self.devices = list(devices)
-        self.port = free_port()
+        self.placement = dict(rank_offset=rank_offset, world_size=world_size, master_addr=master_addr)
+        self.port = master_port or free_port()
         self.error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
         self.timeout_s = timeout_s
         self.failure: ReplicaFailedError | None = None
@@ -125,13 +132,11 @@ class ScriptReplicas:
     def start(self) -> None:
         command = script_command()
         for rank in range(1, len(self.devices)):
-            env = {**os.environ, **replica_env(rank, self.devices, self.port, self.error_dir, self.timeout_s)}
+            env = {**os.environ, **replica_env(rank, self.devices, self.port, self.error_dir, self.timeout_s,
+                                               **self.placement)}
             self._procs[rank] = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent)
         threading.Thread(target=self._watch, name="allgpu-replica-watch", daemon=True).start()
         atexit.register(self._at_exit)
-
-    def env_for_self(self) -> dict[str, str]:
-        return replica_env(0, self.devices, self.port, self.error_dir, self.timeout_s)
 
     def _watch(self) -> None:
         while not self._stopping:
@@ -142,8 +147,9 @@ class ScriptReplicas:
                     return
             time.sleep(0.1)
 
-    def _fail(self, rank: int, code: int) -> None:
-        path = error_file(self.error_dir, rank)
+    def _fail(self, local_rank: int, code: int) -> None:
+        path = error_file(self.error_dir, local_rank)
+        rank = self.placement["rank_offset"] + local_rank
         remote = path.read_text() if path.exists() else None
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         self.failure = ReplicaFailedError(f"replica {rank} {how}", rank=rank, remote_traceback=remote)
@@ -168,7 +174,8 @@ class ScriptReplicas:
         if self._stopping:
             return
         deadline = time.monotonic() + self.timeout_s + 10
-        for rank, proc in self._procs.items():
+        for local_rank, proc in self._procs.items():
+            rank = self.placement["rank_offset"] + local_rank
             try:
                 code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

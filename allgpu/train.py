@@ -18,6 +18,7 @@ import torch
 from allgpu.data import DistributedDataset, PerReplicaInput, evaluation_shard, per_replica_batch_size
 from allgpu.metrics import MetricSums, resolve
 from allgpu.progress import Callback, EpochProgress
+from allgpu.resume import CheckpointPlan, ResumePoint
 from allgpu.strategies.base import Strategy
 from allgpu.strategies.one_device import OneDeviceStrategy
 
@@ -69,7 +70,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         epochs: int, global_batch_size: int, strategy: Strategy | None = None, metrics: Sequence = ("accuracy",),
         validation_data=None, accumulation_steps: int = 1, mixed_precision: str | None = None,
         callbacks: Iterable[Callback] = (), shuffle: bool = True, seed: int = 0, num_workers: int | str = "auto",
-        verbose: bool = True, max_steps_per_epoch: int | None = None) -> History:
+        verbose: bool = True, max_steps_per_epoch: int | None = None, checkpoint_dir=None,
+        checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = True) -> History:
     """Train ``model`` for ``epochs`` epochs on every replica of ``strategy``.
 
     Args:
@@ -84,6 +86,10 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         mixed_precision: None, ``"bf16"`` (autocast) or ``"fp16"`` (autocast and loss scaling, CUDA only).
         callbacks: :class:`allgpu.progress.Callback` objects, called on every replica.
         max_steps_per_epoch: stop each epoch early after this many micro-steps (smoke runs, benchmarks).
+        checkpoint_dir: save model, optimizer, input position and RNG states here at each epoch end (and every
+            ``checkpoint_every`` optimizer steps); with ``resume=True`` a run finding a checkpoint there continues
+            from it exactly (the way ``allgpu run --max-restarts`` recovers from a killed replica).
+        keep_checkpoints: newest checkpoints kept.
 
     Returns:
         :class:`History` with ``loss``, each metric, ``val_*`` and ``samples_per_second`` per epoch.
@@ -100,7 +106,11 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     autocast = _autocast(strategy.device, mixed_precision)
     scaler = torch.amp.GradScaler("cuda") if mixed_precision == "fp16" else None
     acc = strategy.accumulate(accumulation_steps)
-    history = History()
+    plan = CheckpointPlan(checkpoint_dir, every=checkpoint_every, keep=keep_checkpoints, strategy=strategy,
+                          model=model, optimizer=optimizer, data=data)
+    point = plan.restore() if resume else ResumePoint()
+    history = History(point.history, point.history_epochs)
+    global_step = point.global_step
     steps = len(data) if hasattr(data, "__len__") else None
     if max_steps_per_epoch is not None and steps is not None:
         steps = min(steps, max_steps_per_epoch)
@@ -108,7 +118,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     for cb in callbacks:
         cb.on_train_begin({})
     warned = False
-    for epoch in range(epochs):
+    for epoch in range(point.epoch, epochs):
         model.train()
         for cb in callbacks:
             cb.on_epoch_begin(epoch, {})
@@ -131,6 +141,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
                 else:
                     optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+                global_step += 1
+                plan.after_step(epoch, global_step, history)
             sums.update(loss, outputs, y)
             seen += y.shape[0]
             progress.advance()
@@ -152,6 +164,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
             logs.update(evaluate(model, loss_fn, validation_data, global_batch_size=global_batch_size,
                                  strategy=strategy, metrics=metrics, mixed_precision=mixed_precision, prefix="val_"))
         history.append(epoch, logs)
+        if plan.enabled:
+            plan.save(epoch + 1, global_step, history)
         progress.end_epoch("  ".join(f"{k} {v:.4g}" for k, v in logs.items()))
         for cb in callbacks:
             cb.on_epoch_end(epoch, logs)

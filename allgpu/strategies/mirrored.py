@@ -72,18 +72,26 @@ class MirroredStrategy(Strategy):
         device = _device_for(spec.local_rank, devices)
         return ReplicaGroup.join(spec, device, launched_timeout or timeout, from_env=True, backend=backend)
 
-    def _start(self, devices: list[Device], timeout: float, backend: str | None, fallback: str) -> ReplicaGroup:
+    def _start(self, devices: list[Device], timeout: float, backend: str | None, fallback: str,
+               placement: ClusterSpec | None = None) -> ReplicaGroup:
+        """Start this machine's replicas. ``placement`` is this worker's first replica in a multi-worker job
+        (global rank, world size, rendezvous address); None for a job on this machine alone."""
         try:
             missing = [d for d in devices if d.is_cuda and d.index >= cuda_device_count()]
             if missing:
                 count = cuda_device_count()
                 raise RuntimeError(f"{', '.join(map(str, missing))} not available: "
                                    + (why_no_gpu() if count == 0 else f"only {count} GPUs are visible"))
-            if len(devices) == 1:
+            if len(devices) == 1 and placement is None:
                 return ReplicaGroup.single(devices[0].torch_device())
-            self._replicas = ScriptReplicas(devices, timeout)
+            if placement is None:
+                placement = ClusterSpec(0, len(devices), 0, len(devices), "127.0.0.1", 0, "allgpu")
+            self._replicas = ScriptReplicas(devices, timeout, rank_offset=placement.rank,
+                                            world_size=placement.world_size, master_addr=placement.master_addr,
+                                            master_port=placement.master_port or None)
             self._replicas.start()
-            spec = ClusterSpec(0, len(devices), 0, len(devices), "127.0.0.1", self._replicas.port, "allgpu")
+            spec = ClusterSpec(placement.rank, placement.world_size, 0, len(devices), placement.master_addr,
+                               self._replicas.port, placement.source)
             return ReplicaGroup.join(spec, devices[0].torch_device(), timeout, from_env=False, backend=backend)
         except Exception as exc:  # driver, NCCL, rendezvous: every start failure is handled the same way
             reason = str(exc).rstrip(". ")
