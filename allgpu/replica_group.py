@@ -39,11 +39,14 @@ class ReplicaGroup:
         world_size: number of replicas (``num_replicas_in_sync``).
         device: this replica's ``torch.device``.
         timeout_s: collective timeout in seconds.
+        local_world_size: replicas on this machine.
     """
 
-    def __init__(self, rank: int, world_size: int, device: torch.device, timeout_s: float, owns_group: bool):
+    def __init__(self, rank: int, world_size: int, device: torch.device, timeout_s: float, owns_group: bool,
+                 local_world_size: int | None = None):
         self.rank = rank
         self.world_size = world_size
+        self.local_world_size = local_world_size or world_size
         self.device = device
         self.timeout_s = timeout_s
         self.owns_group = owns_group
@@ -81,7 +84,8 @@ class ReplicaGroup:
                 **kwargs,
             )
             owns = True
-        group = cls(dist.get_rank(), dist.get_world_size(), device, timeout_s, owns_group=owns)
+        group = cls(dist.get_rank(), dist.get_world_size(), device, timeout_s, owns_group=owns,
+                    local_world_size=spec.local_world_size if spec is not None else None)
         if owns:
             # Left to interpreter shutdown, Gloo's threads can abort the process (std::terminate).
             atexit.register(group.close)

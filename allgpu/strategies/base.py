@@ -216,7 +216,7 @@ class Strategy:
         return PerReplicaInput(dataset_fn(context), self.device, context)
 
     def _local_replicas(self) -> int:
-        return self.num_replicas_in_sync
+        return self._group.local_world_size
 
     def close(self) -> None:
         """Leave the job: remove hooks, destroy the process group this strategy started."""

@@ -1,0 +1,55 @@
+"""``MultiWorkerMirroredStrategy``: synchronous data parallelism across machines
+(``tf.distribute.MultiWorkerMirroredStrategy``), with all of :class:`MirroredStrategy`'s contract.
+
+Who is in the job comes from, in order:
+
+1. the elastic launcher's environment (``allgpu run --nnodes N`` or ``torchrun``): join it;
+2. ``TF_CONFIG`` (``{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": i}}``), so
+   TensorFlow users keep their cluster description: this worker starts one replica per local device and all
+   workers meet at worker 0's ``host:port``; ranks run worker by worker;
+3. neither: a job of one worker, as TensorFlow does, over this machine's devices.
+"""
+
+from __future__ import annotations
+
+from allgpu.cluster import from_torchrun_env
+from allgpu.strategies.mirrored import MirroredStrategy
+from allgpu.tf_config import from_tf_config_env
+
+
+class MultiWorkerMirroredStrategy(MirroredStrategy):
+    """Replicas on several machines, parameters mirrored, gradients all-reduced during backward.
+
+    Args:
+        cluster_resolver: accepted for TensorFlow compatibility; only None (read the environment) is supported.
+        devices / num_replicas: this worker's devices, as for :class:`MirroredStrategy`
+            (default: every visible GPU, one CPU replica without one). Every worker must run as many.
+        fallback: default ``"error"``: a multi-machine job that silently shrinks to one device is worse than
+            a clear failure.
+        timeout, backend, bucket_cap_mb: as for :class:`MirroredStrategy`.
+
+    Raises:
+        ClusterConfigError: a malformed or inconsistent ``TF_CONFIG`` or launcher environment, naming the field.
+        StrategyStartError: the workers could not meet (``fallback="error"``).
+    """
+
+    def __init__(self, cluster_resolver=None, *, devices=None, num_replicas: int | None = None,
+                 fallback: str = "error", timeout: float = 1800.0, backend: str | None = None,
+                 bucket_cap_mb: float = 25.0):
+        if cluster_resolver is not None:
+            raise ValueError("cluster_resolver is not supported; describe the cluster with TF_CONFIG or start the "
+                             "job with `allgpu run --nnodes N`.")
+        self._tf_config = None if from_torchrun_env() is not None else from_tf_config_env()
+        super().__init__(devices, num_replicas=num_replicas, fallback=fallback, timeout=timeout, backend=backend,
+                         bucket_cap_mb=bucket_cap_mb)
+
+    def _start(self, devices, timeout, backend, fallback, placement=None):
+        if self._tf_config is None:
+            return super()._start(devices, timeout, backend, fallback, placement)
+        return super()._start(devices, timeout, backend, fallback,
+                              placement=self._tf_config.to_cluster_spec(len(devices), 0))
+
+    @property
+    def worker_index(self) -> int:
+        """This machine's index in the job (TensorFlow's task index; torchrun's node rank)."""
+        return self.replica_id_in_sync // self.replica_group.local_world_size
