@@ -11,6 +11,7 @@ is ``i`` in ``cuda:i``, counted over the GPUs ``CUDA_VISIBLE_DEVICES`` leaves vi
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import types
 import typing
@@ -227,7 +228,7 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ReadingFormatError(f"{where}: expected a list, got {value!r}.")
         return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-    if origin in (Mapping, dict) or hint is Mapping:
+    if origin in (collections.abc.Mapping, dict):
         if not isinstance(value, Mapping):
             raise ReadingFormatError(f"{where}: expected an object of strings, got {value!r}.")
         return {str(k): str(v) for k, v in value.items()}

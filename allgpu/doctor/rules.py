@@ -18,6 +18,8 @@ WHEEL_HINT = "https://pytorch.org/get-started/locally/"
 FULL_FRACTION = 0.9
 # Memory in use with no process listed above this (MiB, or this fraction of the GPU) means a hidden user.
 UNLISTED_MIB, UNLISTED_FRACTION = 1024.0, 0.1
+# Other processes holding at least this much memory (MiB), or this GPU utilisation (%), are another job.
+BUSY_MIB, BUSY_PERCENT = 1024.0, 20
 
 
 def visibility(reading: EnvironmentReading) -> tuple[VisibleDevices, VisibleMapping]:
@@ -198,9 +200,12 @@ def rule_busy(r: EnvironmentReading) -> list[Problem]:
             continue
         others = [p for p in g.processes if p.pid != r.pid]
         used, total = g.memory_used_mib or 0.0, g.memory_total_mib or 0.0
+        held = sum(p.used_mib or 0.0 for p in others)
         full = total > 0 and used >= FULL_FRACTION * total
         unlisted = not others and used > max(UNLISTED_MIB, UNLISTED_FRACTION * total)
-        if not others and not full and not unlisted:
+        # A desktop (Xorg, a compositor) holds a few hundred MiB and little compute: not another job.
+        working = others and (held >= BUSY_MIB or (g.utilization_percent or 0) >= BUSY_PERCENT)
+        if not (working or full or unlisted):
             continue
         who = ", ".join(f"{p.name or '?'} (pid {p.pid}, " + (f"{p.used_mib:.0f} MiB)" if p.used_mib is not None
                                                              else "memory not reported)") for p in others)
@@ -308,7 +313,7 @@ def rule_peer_access(r: EnvironmentReading) -> list[Problem]:
     driver_pairs = {(lookup[a], lookup[b]) for a, b in pairs if a < len(lookup) and b < len(lookup)}
     driver_pairs |= {(k.a, k.b) for k in r.links if k.p2p_read is False
                      and k.a in lookup and k.b in lookup}
-    if len(set(lookup)) < 2 or not driver_pairs:
+    if torch_gpus(r) < 2 or len(set(lookup)) < 2 or not driver_pairs:
         return []
     shown = ", ".join(f"{a}-{b}" for a, b in sorted(driver_pairs))
     disabled = r.nccl_env.get("NCCL_P2P_DISABLE") not in (None, "0")

@@ -221,14 +221,16 @@ def explain(visible: VisibleDevices, mapping: VisibleMapping | None = None) -> s
         shown = visible.stopper if visible.stopper else "an empty entry"
         after = f"; {', '.join(repr(d) for d in visible.dropped)} after it ignored" if visible.dropped else ""
         notes.append(f"the list ends at {shown!r}{after}")
-    if visible.lenient:
-        notes.append(f"{', '.join(repr(e) for e in visible.lenient)} read as leading digits only")
+    for entry in visible.lenient:
+        notes.append(f"{entry!r} is read as {_strtoul(entry)[0]} (only its leading digits count; entries are "
+                     "separated by commas)")
     if mapping is not None:
         if mapping.unresolved is not None:
             notes.append(f"the list ends at {mapping.unresolved}: {mapping.unresolved_reason}")
         n = len(mapping.torch_to_driver)
         if visible.form != "unset" or mapping.from_torch:
-            pairs = ", ".join(f"cuda:{i} = GPU {d}" for i, d in enumerate(mapping.torch_to_driver))
+            what = "a MIG instance of GPU" if visible.form == "mig-uuid" else "GPU"
+            pairs = ", ".join(f"cuda:{i} = {what} {d}" for i, d in enumerate(mapping.torch_to_driver))
             notes.append(f"PyTorch sees {n} GPU{'s' if n != 1 else ''}" + (f" ({pairs})" if pairs else ""))
         if mapping.hidden:
             notes.append(f"GPU{'s' if len(mapping.hidden) > 1 else ''} "
