@@ -39,7 +39,7 @@ def _error(exc: BaseException) -> str:
 def _read_torch() -> dict[str, Any]:
     import torch
 
-    out: dict[str, Any] = {"torch_version": torch.__version__, "torch_cuda": torch.version.cuda}
+    out: dict[str, Any] = {"torch_version": str(torch.__version__), "torch_cuda": torch.version.cuda}
     if torch.version.cuda is None:
         out["nccl_available"] = False
         return out

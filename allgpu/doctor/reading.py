@@ -236,6 +236,6 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         return _build(hint, value, where)
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    if hint in (int, str, bool) and type(value) is hint:
-        return value
+    if hint in (int, str, bool) and isinstance(value, hint) and (hint is bool or not isinstance(value, bool)):
+        return hint(value)
     raise ReadingFormatError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {value!r}.")

@@ -201,8 +201,9 @@ def rule_busy(r: EnvironmentReading) -> list[Problem]:
         others = [p for p in g.processes if p.pid != r.pid]
         used, total = g.memory_used_mib or 0.0, g.memory_total_mib or 0.0
         held = sum(p.used_mib or 0.0 for p in others)
-        full = total > 0 and used >= FULL_FRACTION * total
-        unlisted = not others and used > max(UNLISTED_MIB, UNLISTED_FRACTION * total)
+        own = sum(p.used_mib or 0.0 for p in g.processes if p.pid == r.pid)
+        full = total > 0 and used - own >= FULL_FRACTION * total
+        unlisted = not g.processes and used > max(UNLISTED_MIB, UNLISTED_FRACTION * total)
         # A desktop (Xorg, a compositor) holds a few hundred MiB and little compute: not another job.
         working = others and (held >= BUSY_MIB or (g.utilization_percent or 0) >= BUSY_PERCENT)
         if not (working or full or unlisted):
