@@ -13,7 +13,8 @@ from allgpu.cli.main import main
 
 READINGS = Path(__file__).parent / "doctor_readings"
 EXPECTED_EXIT = {"cpu_only": 0, "four_gpu_cvd0": 0, "healthy_four_gpu": 0, "gpu_busy": 0, "one_gpu": 0,
-                 "mig_enabled": 0, "cpu_build_on_gpu": 1, "driver_too_old": 1, "nccl_missing": 1, "cvd_malformed": 1}
+                 "mig_enabled": 0, "cpu_build_on_gpu": 1, "driver_too_old": 1, "nccl_missing": 1, "cvd_malformed": 1,
+                 "h100_real": 0, "h100_busy_real": 0, "h100_cvd_duplicate_real": 1}
 
 
 def test_this_machine_text(capsys):

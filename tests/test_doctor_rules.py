@@ -231,3 +231,24 @@ def test_problems_come_errors_first():
 def test_every_problem_has_cause_and_fix(path):
     for p in diagnose(EnvironmentReading.from_dict(json.loads(path.read_text()))):
         assert p.cause.endswith(".") and len(p.fix) > 20
+
+
+# Readings captured by read_environment() on a real H100 machine (driver 580, torch 2.11.0+cu130).
+
+def test_real_h100_single_gpu_is_healthy():
+    r = load("h100_real")
+    assert r.torch_devices[0].uuid and r.gpus[0].uuid.endswith(r.torch_devices[0].uuid)
+    assert ids(diagnose(r)) == {"only-one-gpu": "info"}
+
+
+def test_real_h100_busy_with_another_process():
+    p = only(diagnose(load("h100_busy_real")), "gpu-busy")
+    assert p.severity == "warning" and "python3 (pid 664, 21702 MiB)" in p.cause and "100% busy" in p.cause
+
+
+def test_real_h100_duplicate_cvd_quotes_torch_and_explains():
+    r = load("h100_cvd_duplicate_real")
+    assert "invalid device ordinal" in r.torch_cuda_error
+    problems = diagnose(r)
+    assert ids(problems) == {"cuda-visible-devices-malformed": "error"}
+    assert "0 is listed twice, so CUDA shows no GPU at all" in problems[0].cause

@@ -43,17 +43,20 @@ def _read_torch() -> dict[str, Any]:
     if torch.version.cuda is None:
         out["nccl_available"] = False
         return out
-    out["torch_arch_list"] = tuple(_try(torch.cuda.get_arch_list, []))
+    # get_arch_list() answers [] when no GPU is visible (some versions); the build's flags say it regardless.
+    flags = _try(lambda: torch._C._cuda_getArchFlags())
+    out["torch_arch_list"] = tuple(flags.split()) if flags else tuple(_try(torch.cuda.get_arch_list, []))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         available = _try(torch.cuda.is_available, False)
-    messages = [str(w.message) for w in caught if "CUDA" in str(w.message)]
+        init_error = None
+        if not available:
+            try:
+                torch.cuda.init()
+            except Exception as exc:  # its text says why (driver too old, no device, busy or unavailable)
+                init_error = _error(exc)
+    messages = [str(w.message) for w in caught if "CUDA" in str(w.message)] + ([init_error] if init_error else [])
     out["torch_cuda_available"] = bool(available)
-    if not available:
-        try:
-            torch.cuda.init()
-        except Exception as exc:  # its text says why (driver too old, no device, busy or unavailable)
-            messages.append(_error(exc))
     out["torch_cuda_error"] = " | ".join(dict.fromkeys(messages)) or None
     if available:
         n = torch.cuda.device_count()

@@ -165,7 +165,9 @@ def rule_visible_devices(r: EnvironmentReading) -> list[Problem]:
         return []
     if not mapping.torch_to_driver:
         return [Problem("cuda-visible-devices-hides-all", "error",
-                        f"{text} PyTorch sees none of the {_plural(len(r.gpus), 'GPU')} the driver sees.",
+                        f"{text} PyTorch cannot use "
+                        + (f"any of the {len(r.gpus)} GPUs" if len(r.gpus) > 1 else "the one GPU")
+                        + " the driver sees.",
                         f"`unset CUDA_VISIBLE_DEVICES` (or `export CUDA_VISIBLE_DEVICES={every}`) before starting "
                         "Python; setting it inside the script after torch touched CUDA has no effect.",
                         mapping.hidden)]

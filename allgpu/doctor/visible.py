@@ -161,7 +161,8 @@ def _match(entry: str, gpus: Sequence[GpuReading]) -> tuple[int | None, str | No
     index = int(entry)
     if index < len(gpus):
         return index, None
-    return None, f"index {index} is past the last GPU (the driver sees {len(gpus)}: 0..{len(gpus) - 1})"
+    have = "no GPU" if not gpus else "GPU 0 only" if len(gpus) == 1 else f"GPUs 0..{len(gpus) - 1}"
+    return None, f"index {index} is past the last GPU (the driver sees {have})"
 
 
 def map_to_driver(
@@ -218,20 +219,23 @@ def explain(visible: VisibleDevices, mapping: VisibleMapping | None = None) -> s
     if visible.duplicate is not None:
         notes.append(f"{visible.duplicate} is listed twice, so CUDA shows no GPU at all")
     if visible.stopper is not None:
-        shown = visible.stopper if visible.stopper else "an empty entry"
+        shown = repr(visible.stopper) if visible.stopper else "an empty entry"
         after = f"; {', '.join(repr(d) for d in visible.dropped)} after it ignored" if visible.dropped else ""
-        notes.append(f"the list ends at {shown!r}{after}")
+        if _is_negative_int(visible.stopper) and not visible.accepted and not visible.dropped:
+            notes.append(f"{shown} hides every GPU")
+        else:
+            notes.append(f"the list ends at {shown}{after}")
     for entry in visible.lenient:
         notes.append(f"{entry!r} is read as {_strtoul(entry)[0]} (only its leading digits count; entries are "
                      "separated by commas)")
     if mapping is not None:
         if mapping.unresolved is not None:
-            notes.append(f"the list ends at {mapping.unresolved}: {mapping.unresolved_reason}")
+            notes.append(f"{mapping.unresolved} selects no GPU, so the list ends there: {mapping.unresolved_reason}")
         n = len(mapping.torch_to_driver)
         if visible.form != "unset" or mapping.from_torch:
             what = "a MIG instance of GPU" if visible.form == "mig-uuid" else "GPU"
             pairs = ", ".join(f"cuda:{i} = {what} {d}" for i, d in enumerate(mapping.torch_to_driver))
-            notes.append(f"PyTorch sees {n} GPU{'s' if n != 1 else ''}" + (f" ({pairs})" if pairs else ""))
+            notes.append(f"PyTorch sees {n or 'no'} GPU{'s' if n > 1 else ''}" + (f" ({pairs})" if pairs else ""))
         if mapping.hidden:
             notes.append(f"GPU{'s' if len(mapping.hidden) > 1 else ''} "
                          f"{', '.join(map(str, mapping.hidden))} hidden")
