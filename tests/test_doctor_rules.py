@@ -252,3 +252,24 @@ def test_real_h100_duplicate_cvd_quotes_torch_and_explains():
     problems = diagnose(r)
     assert ids(problems) == {"cuda-visible-devices-malformed": "error"}
     assert "0 is listed twice, so CUDA shows no GPU at all" in problems[0].cause
+
+
+@pytest.mark.parametrize("capability, arch, ok", [
+    ("8.6", ("sm_80",), True),            # same major, lower minor cubin runs (binary compatibility)
+    ("8.0", ("sm_86",), False),           # a newer minor's cubin does not run on an older GPU
+    ("9.0", ("sm_80", "compute_80"), True),  # PTX JIT-compiles forward
+    ("9.0", ("sm_80",), False),
+    ("10.0", ("sm_90a",), False),         # architecture-specific code is not forward compatible
+    ("12.0", ("sm_120",), True),
+])
+def test_arch_support(capability, arch, ok):
+    from allgpu.doctor.rules import _supported
+
+    assert _supported(capability, arch) is ok
+
+
+def test_nvml_failure_with_working_torch_is_a_warning():
+    r = dataclasses.replace(load("healthy_four_gpu"), gpus=(), links=(),
+                            nvml_error="NVMLError_LibraryNotFound: NVML Shared Library Not Found",
+                            nvml_library_error="libnvidia-ml.so.1: cannot open shared object file")
+    assert ids(diagnose(r)) == {"nvml-unavailable": "warning"}

@@ -125,7 +125,11 @@ def render(reading: EnvironmentReading, problems: Sequence[Problem], console: Co
         return
     for p in problems:
         console.print(Text.assemble((f"{p.severity.upper():8}", _STYLE[p.severity]), (p.id, "bold")))
-        console.print(Text("  cause: ") + Text(p.cause))
-        console.print(Text("  fix:   ") + Text(p.fix))
+        body = Table.grid(padding=(0, 1))
+        body.add_column(style="dim", no_wrap=True)
+        body.add_column()
+        body.add_row("  cause:", Text(p.cause))
+        body.add_row("  fix:", Text(p.fix))
+        console.print(body)
     errors = sum(p.severity == "error" for p in problems)
     console.print(f"{len(problems)} problem(s), {errors} error(s): exit code {exit_code(problems)}.")
