@@ -12,7 +12,7 @@ name                                       Device
 =========================================  ====================
 
 Indices are *visible* indices, as in both frameworks: with ``CUDA_VISIBLE_DEVICES=2,3`` the name ``"/gpu:0"``
-means physical GPU 2. :func:`parse_cuda_visible_devices` explains the mapping.
+means physical GPU 2. :func:`explain_cuda_visible_devices` says what the variable does.
 """
 
 from __future__ import annotations
@@ -121,75 +121,20 @@ def parse_devices(names: Iterable) -> list[Device]:
     return devices
 
 
-@dataclass(frozen=True)
-class VisibleDevices:
-    """What ``CUDA_VISIBLE_DEVICES`` does to the GPUs a process can see.
+def parse_cuda_visible_devices(value: str | None):
+    """Parse ``CUDA_VISIBLE_DEVICES`` the way the CUDA runtime does (indices, ``GPU-``/``MIG-`` UUIDs, empty,
+    ``-1``, repeats, junk); see :mod:`allgpu.doctor.visible`, the one implementation, checked against PyTorch's
+    own parser. Returns its ``VisibleDevices``; ``.effective`` lists the entries that select a GPU."""
+    from allgpu.doctor.visible import parse_visible_devices
 
-    Attributes:
-        raw: the variable's value, None when unset.
-        entries: the parsed entries in order (indices as ``int``, UUIDs as ``str``), up to the first invalid one;
-            None when unset (every GPU visible).
-        problem: why some or all GPUs are hidden, in words; None when nothing is hidden by the variable.
-    """
-
-    raw: str | None
-    entries: tuple[int | str, ...] | None
-    problem: str | None
-
-    def explain(self, physical_count: int | None = None) -> str:
-        """One sentence on which GPUs this process sees, given the driver's count when known."""
-        if self.raw is None:
-            return "CUDA_VISIBLE_DEVICES is unset: every GPU the driver sees is visible."
-        text = f"CUDA_VISIBLE_DEVICES={self.raw!r}: "
-        if not self.entries:
-            text += "no GPU is visible"
-        else:
-            shown = ", ".join(f"visible cuda:{i} = physical GPU {e}" for i, e in enumerate(self.entries))
-            text += shown
-            if physical_count is not None and len(self.entries) < physical_count:
-                text += f" ({physical_count - len(self.entries)} of the driver's {physical_count} GPUs hidden)"
-        return text + (f". {self.problem}" if self.problem else ".")
+    return parse_visible_devices(value)
 
 
-_UUID = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+(/\d+/\d+)?$")
+def explain_cuda_visible_devices(value: str | None) -> str:
+    """One sentence on which GPUs ``CUDA_VISIBLE_DEVICES=value`` leaves visible."""
+    from allgpu.doctor.visible import explain
 
-
-def parse_cuda_visible_devices(value: str | None) -> VisibleDevices:
-    """Parse ``CUDA_VISIBLE_DEVICES`` the way the CUDA runtime does.
-
-    The runtime reads entries left to right and stops at the first invalid one (CUDA C Programming Guide,
-    "CUDA Environment Variables"): ``"0,1,x,2"`` shows GPUs 0 and 1. ``""`` and ``"-1"`` hide every GPU.
-    Entries are indices (``"2"``) or UUIDs (``"GPU-8f2…"``, ``"MIG-…"``).
-    """
-    if value is None:
-        return VisibleDevices(None, None, None)
-    text = value.strip()
-    if text == "":
-        return VisibleDevices(value, (), "It is set but empty, which hides every GPU; unset it to see them all.")
-    entries: list[int | str] = []
-    problem = None
-    for raw in text.split(","):
-        item = raw.strip()
-        if item.isdigit():
-            index = int(item)
-            if index in entries:
-                problem = f"GPU {index} is listed twice; CUDA stops at the repeat."
-                break
-            entries.append(index)
-        elif _UUID.match(item):
-            entries.append(item)
-        elif item.startswith("-") and item[1:].isdigit():
-            problem = f"entry {item!r} is negative, which hides it and every entry after it."
-            break
-        else:
-            problem = (
-                f"entry {item!r} is neither a GPU index nor a GPU-/MIG- UUID, so CUDA ignores it and everything "
-                "after it. Fix: a comma-separated list such as '0,1,2,3'."
-            )
-            break
-    if problem is None and len(entries) == 1:
-        problem = "Only one GPU is visible to this process; unset the variable or list more to train on more."
-    return VisibleDevices(value, tuple(entries), problem)
+    return explain(parse_cuda_visible_devices(value))
 
 
 def cuda_device_count() -> int:
@@ -217,9 +162,9 @@ def visible_devices(env: Mapping[str, str] | None = None) -> list[Device]:
 def why_no_gpu(env: Mapping[str, str] | None = None) -> str:
     """The most specific reason this process sees no GPU, in one sentence."""
     env = os.environ if env is None else env
-    visible = parse_cuda_visible_devices(env.get("CUDA_VISIBLE_DEVICES"))
-    if visible.entries == () or (visible.raw or "").strip() == "-1":
-        return visible.explain()
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is not None and not parse_cuda_visible_devices(raw).effective:
+        return explain_cuda_visible_devices(raw)
     try:
         import torch
     except ImportError:
@@ -261,4 +206,4 @@ def resolve_replica_devices(
 
 
 def why_visible() -> str:
-    return parse_cuda_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")).explain()
+    return explain_cuda_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
