@@ -9,8 +9,10 @@ from allgpu.checkpoint.api import latest_checkpoint, restore, restore_rng, save
 from allgpu.checkpoint.format import CorruptCheckpointError
 from allgpu.checkpoint.pending import PendingCheckpoint, wait_pending
 from allgpu.checkpoint.state import CheckpointState
+from allgpu.errors import CheckpointError
 
 __all__ = [
+    "CheckpointError",
     "CheckpointState",
     "CorruptCheckpointError",
     "PendingCheckpoint",

@@ -130,9 +130,13 @@ def save(
             store.prune(directory, keep, protect=final)
 
     if blocking:
+        error = None
         if job is not None:
-            job()
-        collective.barrier()
+            try:
+                job()
+            except Exception as exc:  # reported to every replica by agree(), never a hang in a barrier
+                error = exc
+        collective.agree(error, f"writing checkpoint {final}")
         return final
     return track(PendingCheckpoint(final, job, time.perf_counter() - started))
 
@@ -234,7 +238,7 @@ def restore(
             return _load(entry.path, model, optimizer, map_location, strict)
         except CorruptCheckpointError as exc:
             problems.append(str(exc))
-            warnings.warn(f"allgpu: skipping checkpoint {entry.path}: {exc}. Falling back to the previous one.", stacklevel=2)
+            warnings.warn(f"allgpu: skipping checkpoint {exc}. Falling back to the previous one.", stacklevel=2)
     found = f"all {len(problems)} found are corrupt ({'; '.join(problems)})" if problems else "it holds none"
     raise CheckpointError(
         f"no valid checkpoint in {path}: {found}. Expected files named ckpt-<step>.pt or folders "

@@ -6,6 +6,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from allgpu.errors import CheckpointError
+
 
 def initialized() -> bool:
     return dist.is_available() and dist.is_initialized()
@@ -17,11 +19,6 @@ def rank(group: Any = None) -> int:
 
 def world_size(group: Any = None) -> int:
     return dist.get_world_size(group) if initialized() else 1
-
-
-def barrier(group: Any = None) -> None:
-    if initialized():
-        dist.barrier(group=group)
 
 
 def all_gather(obj: Any, group: Any = None) -> list[Any]:
@@ -43,3 +40,22 @@ def broadcast(obj: Any, group: Any = None) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
     return box[0]
+
+
+def agree(error: BaseException | None, what: str, group: Any = None) -> None:
+    """A barrier that also carries failures: every rank raises if any rank failed ``what``.
+
+    Replaces a plain barrier after a write, so that a replica that failed does not leave the others
+    waiting in a barrier until the collective timeout.
+
+    Raises:
+        the local ``error`` itself; or ``CheckpointError`` naming the replica that failed and why.
+    """
+    summary = None if error is None else f"{type(error).__name__}: {error}"
+    statuses = all_gather(summary, group)
+    if error is not None:
+        raise error
+    failed = [(r, s) for r, s in enumerate(statuses) if s is not None]
+    if failed:
+        r, s = failed[0]
+        raise CheckpointError(f"replica {r} failed while {what}: {s}")

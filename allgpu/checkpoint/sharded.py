@@ -85,14 +85,18 @@ def save(final: Path, *, tensors: dict, meta: dict, group: Any = None) -> None:
         if p.name.startswith(f"__{rank}_") or (rank == 0 and p.name == ".metadata")
     }
     per_rank = collective.all_gather(mine, group)
+    error = None
     if rank == 0:
-        files: dict[str, tuple[int, str]] = {}
-        for part in per_rank:
-            files.update(part)
-        write_file(tmp / MANIFEST, dict(meta, files=files))
-        fsync_dir(tmp)
-        _replace_folder(tmp, final)
-    collective.barrier(group)
+        try:
+            files: dict[str, tuple[int, str]] = {}
+            for part in per_rank:
+                files.update(part)
+            write_file(tmp / MANIFEST, dict(meta, files=files))
+            fsync_dir(tmp)
+            _replace_folder(tmp, final)
+        except Exception as exc:  # reported to every replica by agree(), never a hang in a barrier
+            error = exc
+    collective.agree(error, f"finishing sharded checkpoint {final}", group)
 
 
 def _replace_folder(tmp: Path, final: Path) -> None:

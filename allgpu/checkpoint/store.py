@@ -129,7 +129,7 @@ def latest(directory: Path, *, warn: bool = True) -> Path | None:
         except CorruptCheckpointError as exc:
             if warn:
                 warnings.warn(
-                    f"allgpu: skipping checkpoint {entry.path}: {exc}. Falling back to the previous one.",
+                    f"allgpu: skipping checkpoint {exc}. Falling back to the previous one.",
                     stacklevel=3,
                 )
             continue
