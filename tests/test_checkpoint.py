@@ -231,3 +231,36 @@ def test_stale_temporaries_of_crashed_writes_are_swept(tmp_path):
     os.utime(stale, (old, old))
     checkpoint.save(tmp_path, model=_model(), step=6)
     assert not stale.exists() and fresh.exists()
+
+
+def _lbfgs_trained() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(1)
+    model = _model()
+    optimizer = torch.optim.LBFGS(model.parameters(), history_size=3, max_iter=4)
+    x = torch.randn(5, 4)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = model(x).pow(2).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return model, optimizer
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_optimizer_with_non_tensor_state_and_same_step_resave(tmp_path, sharded):
+    # LBFGS keeps ints and lists of tensors in its state: they travel in MANIFEST, not through DCP.
+    model, optimizer = _lbfgs_trained()
+    checkpoint.save(tmp_path, model=_model(), step=4, sharded=sharded)  # replaced by the next save
+    checkpoint.save(tmp_path, model=model, optimizer=optimizer, step=4, sharded=sharded)
+    fresh = _model()
+    fresh_opt = torch.optim.LBFGS(fresh.parameters(), history_size=3, max_iter=4)
+    checkpoint.restore(tmp_path, model=fresh, optimizer=fresh_opt)
+    assert _same(model, fresh)
+    want, got = optimizer.state_dict()["state"][0], fresh_opt.state_dict()["state"][0]
+    assert want.keys() == got.keys() and want["n_iter"] == got["n_iter"] == 4
+    for a, b in zip(want["old_dirs"], got["old_dirs"]):
+        assert torch.equal(a, b)
+    assert len(store.entries(tmp_path)) == 1

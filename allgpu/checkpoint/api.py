@@ -27,6 +27,7 @@ from allgpu.checkpoint.state import (
     apply_rng,
     capture_rng,
     check_plain,
+    StagingBuffers,
     cpu_copy,
     load_model,
     load_optimizer,
@@ -35,6 +36,7 @@ from allgpu.errors import CheckpointError
 
 FORMAT = 1
 _ASYNC_GROUPS: dict[int, Any] = {}  # default group id -> Gloo group for background sharded writes
+_STAGING = StagingBuffers()  # reused by every background save of this process
 
 
 def _validate(directory, model, optimizer, epoch, step, data_state, extra, keep) -> Path:
@@ -118,11 +120,16 @@ def save(
     final = directory / store.file_name(step)
     job = None
     if collective.rank() == 0:
-        payload = dict(
-            meta,
-            model=cpu_copy(model.state_dict(), clone=not blocking),
-            optimizer=cpu_copy(optimizer.state_dict(), clone=not blocking) if optimizer is not None else None,
-        )
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        }
+        if blocking:
+            state = cpu_copy(state, clone=False)
+        else:
+            state = _STAGING.copy(state, ("single",))
+            _STAGING.synchronize()
+        payload = dict(meta, **state)
 
         def job() -> None:
             write_file(final, payload)
@@ -154,7 +161,8 @@ def _save_sharded(directory, model, optimizer, meta, keep, blocking, started) ->
     tensors = {"model": model_state, "optim": optim_tensors}
     group = None
     if not blocking:
-        tensors = cpu_copy(tensors, clone=True)
+        tensors = _STAGING.copy(tensors, ("sharded",))
+        _STAGING.synchronize()
         group = _async_group()
 
     def job() -> None:
