@@ -52,7 +52,9 @@ def measure(directory: Path, model, optimizer, device: str, *, sharded: bool, bl
     pauses, totals, busy_steps = [], [], []
     for i in range(repeats):
         started = time.perf_counter()
-        out = checkpoint.save(directory, model=model, optimizer=optimizer, step=i, sharded=sharded, blocking=blocking, keep=2)
+        out = checkpoint.save(
+            directory, model=model, optimizer=optimizer, step=i, sharded=sharded, blocking=blocking, keep=2
+        )
         pauses.append(time.perf_counter() - started)
         if not blocking:
             while not out.done():  # train while the write is in flight, as a real loop would
@@ -90,7 +92,11 @@ def main() -> int:
         for sharded in (False, True):
             for blocking in (True, False):
                 sub = root / f"{int(sharded)}{int(blocking)}"
-                rows.append(measure(sub, model, optimizer, args.device, sharded=sharded, blocking=blocking, repeats=args.repeats))
+                rows.append(
+                    measure(
+                        sub, model, optimizer, args.device, sharded=sharded, blocking=blocking, repeats=args.repeats
+                    )
+                )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     result = {
@@ -104,7 +110,9 @@ def main() -> int:
     for column in ("mode", "pause ms", "until final ms", "size MB", "train step ms during write"):
         table.add_column(column, justify="left" if column == "mode" else "right")
     for row in rows:
-        during = "-" if row["step_ms_during_write"] is None else f"{row['step_ms_during_write']:.0f} ({row['steps_during_write']} steps)"
+        during = "-"
+        if row["step_ms_during_write"] is not None:
+            during = f"{row['step_ms_during_write']:.0f} ({row['steps_during_write']} steps)"
         table.add_row(row["mode"], f"{row['pause_ms']:.0f}", f"{row['total_ms']:.0f}", f"{row['size_mb']:.0f}", during)
     console = Console()
     console.print(table)

@@ -36,7 +36,7 @@ def _trained() -> tuple[nn.Module, torch.optim.Optimizer]:
 
 
 def _same(a: nn.Module, b: nn.Module) -> bool:
-    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
 def _save_steps(directory: Path, steps, **kwargs) -> nn.Module:
@@ -52,8 +52,8 @@ def _save_steps(directory: Path, steps, **kwargs) -> nn.Module:
 def test_round_trip_model_optimizer_and_metadata(tmp_path, sharded):
     model, optimizer = _trained()
     path = checkpoint.save(
-        tmp_path, model=model, optimizer=optimizer, epoch=2, step=30, data_state={"epoch": 2, "position": 96, "seed": 7},
-        extra={"note": "hello", "lr": [0.1, 0.01]}, sharded=sharded,
+        tmp_path, model=model, optimizer=optimizer, epoch=2, step=30, sharded=sharded,
+        data_state={"epoch": 2, "position": 96, "seed": 7}, extra={"note": "hello", "lr": [0.1, 0.01]},
     )
     assert path == tmp_path / ("ckpt-000000030" if sharded else "ckpt-000000030.pt")
     fresh, fresh_opt = _model(), None
@@ -261,6 +261,6 @@ def test_optimizer_with_non_tensor_state_and_same_step_resave(tmp_path, sharded)
     assert _same(model, fresh)
     want, got = optimizer.state_dict()["state"][0], fresh_opt.state_dict()["state"][0]
     assert want.keys() == got.keys() and want["n_iter"] == got["n_iter"] == 4
-    for a, b in zip(want["old_dirs"], got["old_dirs"]):
+    for a, b in zip(want["old_dirs"], got["old_dirs"], strict=True):
         assert torch.equal(a, b)
     assert len(store.entries(tmp_path)) == 1

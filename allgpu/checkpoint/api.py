@@ -24,10 +24,10 @@ from allgpu.checkpoint.format import CorruptCheckpointError, read_file, write_fi
 from allgpu.checkpoint.pending import PendingCheckpoint, track, wait_pending
 from allgpu.checkpoint.state import (
     CheckpointState,
+    StagingBuffers,
     apply_rng,
     capture_rng,
     check_plain,
-    StagingBuffers,
     cpu_copy,
     load_model,
     load_optimizer,

@@ -28,7 +28,13 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 
 from allgpu.checkpoint import collective
-from allgpu.checkpoint.format import TEMP_PREFIX, fsync_dir, read_file, sha256_of, write_file
+from allgpu.checkpoint.format import (
+    TEMP_PREFIX,
+    fsync_dir,
+    read_file,
+    sha256_of,
+    write_file,
+)
 from allgpu.checkpoint.state import load_model, load_optimizer, param_names
 from allgpu.checkpoint.store import MANIFEST
 from allgpu.errors import CheckpointError

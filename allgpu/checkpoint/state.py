@@ -181,9 +181,12 @@ def load_model(model: nn.Module, state_dict: dict, *, strict: bool, source: Path
         hint = "Fix: rebuild the model exactly as it was when saved, or pass strict=False to load the keys that match."
         for prefix in _WRAPPER_PREFIXES:
             if missing and all(prefix + k in saved for k in missing):
-                hint = f"The checkpoint's keys carry a '{prefix}' prefix: it was saved from a wrapped model. Fix: save model.module / the unwrapped model, or strip the prefix."
+                hint = (
+                    f"The checkpoint's keys carry a '{prefix}' prefix: it was saved from a wrapped model. "
+                    "Fix: save the unwrapped model (model.module), or strip the prefix."
+                )
             elif unexpected and all(prefix + k in expected for k in unexpected):
-                hint = f"The model's keys carry a '{prefix}' prefix: it is wrapped. Fix: restore into the unwrapped model."
+                hint = f"The model's keys carry a '{prefix}' prefix: it is wrapped. Fix: restore the unwrapped model."
         raise CheckpointError(
             f"checkpoint {source} does not fit the model: missing keys {_few(missing)}, "
             f"unexpected keys {_few(unexpected)}. {hint}"

@@ -16,7 +16,13 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from allgpu.checkpoint.format import TEMP_PREFIX, CorruptCheckpointError, read_file, sha256_of, verify_file
+from allgpu.checkpoint.format import (
+    TEMP_PREFIX,
+    CorruptCheckpointError,
+    read_file,
+    sha256_of,
+    verify_file,
+)
 from allgpu.errors import CheckpointError
 
 MANIFEST = "MANIFEST"
