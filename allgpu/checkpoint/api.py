@@ -199,10 +199,6 @@ def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
     return store.latest(Path(directory))
 
 
-def _is_checkpoint(path: Path) -> bool:
-    return path.is_file() or (path / store.MANIFEST).exists() or bool(store._NAME.match(path.name))
-
-
 def restore(
     path_or_directory: str | os.PathLike,
     *,
@@ -235,7 +231,7 @@ def restore(
             f"no checkpoint at {path}: it does not exist. Fix: pass the directory given to save(), "
             "or check latest_checkpoint(directory) first (None means start from scratch)."
         )
-    if _is_checkpoint(path):
+    if store.is_checkpoint(path):
         try:
             return _load(path, model, optimizer, map_location, strict)
         except CorruptCheckpointError as exc:

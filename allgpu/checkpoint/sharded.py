@@ -12,6 +12,10 @@ bytes), instead of gathering everything on rank 0. Layout of ``ckpt-<step>/``::
 The folder is written under a hidden temp name and renamed once ``MANIFEST`` is durable, so a crash
 leaves nothing that ``latest_checkpoint`` takes. Loading reads every tensor on every rank (each replica
 needs the full mirrored state) with ``no_dist=True``, so any number of replicas can restore it.
+
+Trust: ``MANIFEST`` is read with ``torch.load(weights_only=True)``, but DCP itself unpickles its
+``.metadata`` file; allgpu checks that file's sha256 against ``MANIFEST`` first, which catches corruption,
+not a deliberate forgery. Load sharded checkpoints only from sources you trust, as with DCP.
 """
 
 from __future__ import annotations

@@ -50,6 +50,13 @@ def folder_name(step: int) -> str:
     return f"ckpt-{step:09d}"
 
 
+def is_checkpoint(path: Path) -> bool:
+    """True for one checkpoint (a file, or a folder named ``ckpt-<step>`` or holding a ``MANIFEST``),
+    False for a directory of checkpoints."""
+    path = Path(path)
+    return path.is_file() or (path / MANIFEST).exists() or bool(_NAME.match(path.name))
+
+
 def entries(directory: Path) -> list[Entry]:
     """Checkpoints in ``directory``, newest (highest step) first; [] when the directory does not exist."""
     directory = Path(directory)
