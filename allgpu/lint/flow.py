@@ -1,0 +1,110 @@
+"""Follow the code as it runs, entering the local functions it calls, and know whether a strategy scope is open.
+
+Used by the "created outside ``strategy.scope()``" rules: a model built by a helper that is called inside
+``with strategy.scope():`` (or in a class's ``__init__`` that is), or under a scope held in a variable
+(``with strategy_scope:``), is inside the scope.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Callable
+
+from allgpu.lint.facts import Facts
+from allgpu.lint.resolve import dotted
+
+# Callback: (call, in_scope, stack). ``stack`` holds the statements and function definitions from the module
+# body down to the statement that contains ``call``.
+OnCall = Callable[[ast.Call, bool, list], None]
+
+_BUDGET = 400_000  # statements visited at most per file: bounds pathological call graphs
+
+
+def walk_scopes(facts: Facts, on_call: OnCall) -> None:
+    """Call ``on_call`` for every call reached from the module body, with the scope state at that point."""
+    mod = facts.mod
+    budget = [_BUDGET]
+    visited: set[tuple[int, bool, int]] = set()
+
+    def enter(fn: ast.AST, in_scope: bool, stack: list) -> None:
+        key = (id(fn), in_scope, id(stack[-1]) if stack else 0)
+        if key in visited or any(s is fn for s in stack):
+            return
+        visited.add(key)
+        stmts(fn.body, in_scope, stack + [fn])
+
+    def exprs(expr: ast.AST, in_scope: bool, stack: list) -> None:
+        for node in ast.walk(expr):
+            if not isinstance(node, ast.Call):
+                continue
+            on_call(node, in_scope, stack)
+            for fn in mod.local_functions(node.func):
+                enter(fn, in_scope, stack)
+            cls = mod.local_class(node.func)
+            if cls is not None:
+                for item in cls.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "__init__":
+                        enter(item, in_scope, stack)
+
+    def stmts(body: list, in_scope: bool, stack: list) -> None:
+        for st in body:
+            if budget[0] <= 0:
+                return
+            budget[0] -= 1
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            here = stack + [st]
+            if isinstance(st, (ast.With, ast.AsyncWith)):
+                for item in st.items:
+                    exprs(item.context_expr, in_scope, here)
+                opened = any(facts.is_scope_expr(item.context_expr) for item in st.items)
+                stmts(st.body, in_scope or opened, stack)
+                continue
+            for field, value in ast.iter_fields(st):
+                if isinstance(value, ast.expr):
+                    exprs(value, in_scope, here)
+                elif isinstance(value, list):
+                    for v in value:
+                        if isinstance(v, ast.stmt):
+                            stmts([v], in_scope, stack)
+                        elif isinstance(v, ast.expr):
+                            exprs(v, in_scope, here)
+                        elif isinstance(v, ast.excepthandler):
+                            stmts(v.body, in_scope, stack)
+                        elif hasattr(ast, "match_case") and isinstance(v, ast.match_case):
+                            stmts(v.body, in_scope, stack)
+
+    stmts(mod.tree.body, False, [])
+
+
+def stack_targets(stack: list) -> set[str]:
+    """Dotted names assigned by the statements on ``stack`` (the call's own statement and its callers')."""
+    out: set[str] = set()
+    for st in stack:
+        if isinstance(st, ast.Assign):
+            targets = st.targets
+        elif isinstance(st, (ast.AnnAssign, ast.AugAssign)):
+            targets = [st.target]
+        else:
+            continue
+        for t in targets:
+            for sub in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                name = dotted(sub)
+                if name:
+                    out.add(name)
+    return out
+
+
+def nested_check(facts: Facts, classify: Callable[[ast.Call], str | None]) -> Callable[[ast.Call], bool]:
+    """Wrap ``classify`` so a creation nested in another creation (a layer in ``Sequential([...])``) is skipped."""
+    mod = facts.mod
+
+    def is_nested(call: ast.Call) -> bool:
+        for anc in mod.ancestors(call):
+            if isinstance(anc, ast.stmt):
+                return False
+            if isinstance(anc, ast.Call) and classify(anc):
+                return True
+        return False
+
+    return is_nested
