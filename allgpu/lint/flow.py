@@ -78,9 +78,21 @@ def walk_scopes(facts: Facts, on_call: OnCall) -> None:
 
 
 def stack_targets(stack: list) -> set[str]:
-    """Dotted names assigned by the statements on ``stack`` (the call's own statement and its callers')."""
+    """The names that end up holding what the call on top of ``stack`` creates.
+
+    The targets of the call's own statement; when that is a ``return``, the targets of the statement that
+    called the function, and so on up. ``x = Dense(4)(inputs)`` inside a builder yields ``{"x"}``, not the
+    caller's ``model``.
+    """
     out: set[str] = set()
-    for st in stack:
+    i = len(stack) - 1
+    while i >= 0 and isinstance(stack[i], ast.Return):
+        while i >= 0 and not isinstance(stack[i], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            i -= 1
+        i -= 1  # the caller's statement
+    if i < 0:
+        return out
+    for st in stack[i:i + 1]:
         if isinstance(st, ast.Assign):
             targets = st.targets
         elif isinstance(st, (ast.AnnAssign, ast.AugAssign)):
@@ -93,6 +105,14 @@ def stack_targets(stack: list) -> set[str]:
                 if name:
                     out.add(name)
     return out
+
+
+def call_site_note(stack: list) -> str:
+    """`` (via the call at line N)`` when the creation happens in a function called from line N."""
+    for i in range(len(stack) - 1, 0, -1):
+        if isinstance(stack[i], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return f" (in {stack[i].name}(), called at line {stack[i - 1].lineno})"
+    return ""
 
 
 def nested_check(facts: Facts, classify: Callable[[ast.Call], str | None]) -> Callable[[ast.Call], bool]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from allgpu.lint.flow import nested_check, stack_targets, walk_scopes
+from allgpu.lint.flow import call_site_note, nested_check, stack_targets, walk_scopes
 from allgpu.lint.resolve import dotted, kwarg
 
 _NOT_MODELS = ("torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel", "torch.nn.Parameter",
@@ -58,6 +58,6 @@ def check_ag001(ctx) -> None:
         names = stack_targets(stack) & trained
         if names:
             ctx.emit("AG001", call, f"model `{sorted(names)[0]}` built outside strategy.scope(): "
-                                    "allgpu will not mirror it")
+                                    f"allgpu will not mirror it{call_site_note(stack)}")
 
     walk_scopes(facts, on_call)

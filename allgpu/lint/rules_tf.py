@@ -6,7 +6,7 @@ import ast
 import re
 
 from allgpu.lint import tfdata
-from allgpu.lint.flow import nested_check, stack_targets, walk_scopes
+from allgpu.lint.flow import call_site_note, nested_check, stack_targets, walk_scopes
 from allgpu.lint.resolve import const_str, dotted, iter_body_nodes, kwarg
 
 _KERAS_MODELS = {"keras.Sequential", "keras.Model", "keras.models.Sequential", "keras.models.Model",
@@ -83,14 +83,14 @@ def check_tf001(ctx) -> None:
         names = stack_targets(stack) & trained
         if names:
             ctx.emit("TF001", call, f"{kind} `{sorted(names)[0]}` created outside strategy.scope(): "
-                                    "its variables live on one device")
+                                    f"its variables live on one device{call_site_note(stack)}")
 
     walk_scopes(facts, on_call)
 
 
 def check_tf002(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
-    intent = facts.has_strategy("tf") or bool(mod.name_ids & _INTENT_NAMES) or "num_gpus" in mod.attrs
+    intent = facts.has_strategy("tf") or any(n.lower() in _INTENT_NAMES for n in mod.name_ids) or "num_gpus" in mod.attrs
     if not intent:
         return
     for call, qn in mod.calls:
@@ -221,9 +221,11 @@ def check_tf006(ctx) -> None:
 
 def _accumulates(mod, loop) -> bool:
     """The loop is a micro-step loop: ``range(accum_steps)`` or it adds into an accumulator itself."""
-    head = [n for n in ast.walk(loop.iter)] if not isinstance(loop, ast.While) else list(ast.walk(loop.test))
-    if any("accum" in (dotted(n) or "").lower() for n in head if isinstance(n, (ast.Name, ast.Attribute))):
-        return True
+    it = getattr(loop, "iter", None)
+    if isinstance(it, ast.Call) and (dotted(it.func) in ("range", "tf.range") or
+                                     mod.qualname(it.func) == "tensorflow.range"):
+        if any("accum" in (dotted(n) or "").lower() for n in ast.walk(it) if isinstance(n, (ast.Name, ast.Attribute))):
+            return True
     stack = list(loop.body)
     while stack:
         st = stack.pop()

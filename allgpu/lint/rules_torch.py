@@ -255,7 +255,8 @@ def check_pt007(ctx) -> None:
 
 def check_pt008(ctx) -> None:
     mod = ctx.mod
-    if not ctx.torch.wrapped or "SyncBatchNorm" in mod.source or "convert_sync_batchnorm" in mod.source:
+    names = mod.attrs.keys() | mod.name_ids
+    if not ctx.torch.wrapped or {"SyncBatchNorm", "convert_sync_batchnorm"} & names:
         return
     for call, qn in mod.calls:
         if qn in ("torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"):
@@ -268,9 +269,12 @@ def check_pt009(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
     if ctx.torch.wrapped or "backward" not in facts.file_features:
         return
-    if any(mod.is_imported(e) for e in _OTHER_ENGINES) or ".rpc" in mod.source or "pipelining" in mod.source:
+    if any(mod.is_imported(e) for e in _OTHER_ENGINES) or {"rpc", "pipelining"} & mod.attrs.keys():
         return
-    if set(_SYNC_CALLS) & mod.attrs.keys() or "DistributedDataParallel" in mod.source:
+    if any(q.startswith(("torch.distributed.rpc", "torch.distributed.pipelining")) for q in mod.aliases.values()):
+        return
+    names = mod.attrs.keys() | mod.name_ids
+    if set(_SYNC_CALLS) & names or {"DistributedDataParallel", "FullyShardedDataParallel"} & names:
         return
     for call, qn in mod.calls:
         if qn == "torch.distributed.init_process_group":
