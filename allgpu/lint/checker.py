@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import gc
 import io
 import os
 import re
@@ -104,6 +105,18 @@ def check_source(text: str, filename: str = "<string>", select=None, ignore=None
         LintUsageError: ``select``/``ignore`` name no known rule.
     """
     select, ignore = parse_rule_list(select), parse_rule_list(ignore)
+    # A large syntax tree is millions of young objects without cycles: pausing the cycle collector while
+    # building and reading it saves about a third of the time (reference counting still frees everything).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _check_source(text, filename, select, ignore)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
     findings: list[Finding] = []
     origin = None
     if filename.endswith(".ipynb"):

@@ -21,7 +21,20 @@ _BUDGET = 400_000  # statements visited at most per file: bounds pathological ca
 
 
 def walk_scopes(facts: Facts, on_call: OnCall) -> None:
-    """Call ``on_call`` for every call reached from the module body, with the scope state at that point."""
+    """Call ``on_call`` for every call reached from the module body, with the scope state at that point.
+
+    The walk is done once per file and replayed to every later caller (TF001 and AG001 share it).
+    """
+    events = facts.__dict__.get("_scope_events")
+    if events is None:
+        events = []
+        _walk(facts, lambda call, in_scope, stack: events.append((call, in_scope, stack)))
+        facts.__dict__["_scope_events"] = events
+    for call, in_scope, stack in events:
+        on_call(call, in_scope, stack)
+
+
+def _walk(facts: Facts, on_call: OnCall) -> None:
     mod = facts.mod
     budget = [_BUDGET]
     visited: set[tuple[int, bool, int]] = set()
@@ -33,10 +46,10 @@ def walk_scopes(facts: Facts, on_call: OnCall) -> None:
         visited.add(key)
         stmts(fn.body, in_scope, stack + [fn])
 
-    def exprs(expr: ast.AST, in_scope: bool, stack: list) -> None:
-        for node in ast.walk(expr):
-            if not isinstance(node, ast.Call):
-                continue
+    by_stmt = mod.calls_by_stmt
+
+    def calls_of(st: ast.stmt, in_scope: bool, stack: list) -> None:
+        for node in by_stmt.get(id(st), ()):
             on_call(node, in_scope, stack)
             for fn in mod.local_functions(node.func):
                 enter(fn, in_scope, stack)
@@ -53,26 +66,20 @@ def walk_scopes(facts: Facts, on_call: OnCall) -> None:
             budget[0] -= 1
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
-            here = stack + [st]
+            calls_of(st, in_scope, stack + [st])  # with-items, tests, iterables: before the body runs
             if isinstance(st, (ast.With, ast.AsyncWith)):
-                for item in st.items:
-                    exprs(item.context_expr, in_scope, here)
                 opened = any(facts.is_scope_expr(item.context_expr) for item in st.items)
                 stmts(st.body, in_scope or opened, stack)
                 continue
-            for field, value in ast.iter_fields(st):
-                if isinstance(value, ast.expr):
-                    exprs(value, in_scope, here)
-                elif isinstance(value, list):
-                    for v in value:
-                        if isinstance(v, ast.stmt):
-                            stmts([v], in_scope, stack)
-                        elif isinstance(v, ast.expr):
-                            exprs(v, in_scope, here)
-                        elif isinstance(v, ast.excepthandler):
-                            stmts(v.body, in_scope, stack)
-                        elif hasattr(ast, "match_case") and isinstance(v, ast.match_case):
-                            stmts(v.body, in_scope, stack)
+            for fname in st._fields:
+                value = getattr(st, fname, None)
+                if not isinstance(value, list) or not value:
+                    continue
+                for v in value:
+                    if isinstance(v, ast.stmt):
+                        stmts([v], in_scope, stack)
+                    elif isinstance(v, ast.excepthandler) or (hasattr(ast, "match_case") and isinstance(v, ast.match_case)):
+                        stmts(v.body, in_scope, stack)
 
     stmts(mod.tree.body, False, [])
 

@@ -108,9 +108,21 @@ class Module:
         self.loops: list[ast.For | ast.AsyncFor | ast.While] = []
         self.subscript_assigns: list[tuple[ast.Subscript, ast.expr]] = []
         all_calls: list[ast.Call] = []
-        for node in ast.walk(tree):
-            for child in ast.iter_child_nodes(node):
-                self.parent[id(child)] = node
+        parent = self.parent
+        AST = ast.AST
+        stack: list[ast.AST] = [tree]
+        while stack:  # one pass: parent links and indexes (ast.walk + iter_child_nodes costs twice as much)
+            node = stack.pop()
+            for fname in node._fields:
+                value = getattr(node, fname, None)
+                if isinstance(value, list):
+                    for child in value:
+                        if isinstance(child, AST):
+                            parent[id(child)] = node
+                            stack.append(child)
+                elif isinstance(value, AST):
+                    parent[id(value)] = node
+                    stack.append(value)
             if isinstance(node, ast.Call):
                 all_calls.append(node)
             elif isinstance(node, ast.Attribute):
@@ -196,7 +208,11 @@ class Module:
         return None
 
     def local_functions(self, func: ast.expr) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-        """Definitions in this file that ``func`` (``step``, ``self.step``) may call; [] when unknown."""
+        """The definition in this file that ``func`` (``step``, ``self.step``) calls; [] when unknown.
+
+        When a name is defined several times, the definition that binds it at the call is taken: for a method,
+        the one in the caller's class; otherwise the last one above the call (else the first one below).
+        """
         if isinstance(func, ast.Name) and func.id not in self.aliases:
             defs = self.functions.get(func.id, [])
             if not defs:
@@ -206,10 +222,35 @@ class Module:
                         defs = defs + self.functions.get(val.args[0].id, [])
                     elif isinstance(val, ast.Name) and val.id != func.id:
                         defs = defs + self.functions.get(val.id, [])
-            return defs
+            return self._nearest(defs, func)
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
-            return self.functions.get(func.attr, [])
+            defs = self.functions.get(func.attr, [])
+            if len(defs) > 1:
+                cls = next((a for a in self.ancestors(func) if isinstance(a, ast.ClassDef)), None)
+                mine = [d for d in defs if self.parent.get(id(d)) is cls]
+                defs = mine or defs
+            return self._nearest(defs, func)
         return []
+
+    @staticmethod
+    def _nearest(defs: list, node: ast.AST) -> list:
+        if len(defs) <= 1:
+            return defs
+        line = getattr(node, "lineno", 0)
+        above = [d for d in defs if d.lineno <= line]
+        return [max(above, key=lambda d: d.lineno)] if above else [min(defs, key=lambda d: d.lineno)]
+
+    def callers(self, fn: ast.AST) -> list[ast.Call]:
+        """Calls in this file that resolve to ``fn``."""
+        index = self.__dict__.get("_callers")
+        if index is None:
+            index = {}
+            for call, qn in self.calls:
+                if qn is None:
+                    for d in self.local_functions(call.func):
+                        index.setdefault(id(d), []).append(call)
+            self.__dict__["_callers"] = index
+        return index.get(id(fn), [])
 
     def local_class(self, func: ast.expr) -> ast.ClassDef | None:
         if isinstance(func, ast.Name) and func.id in self.classes and func.id not in self.aliases:
@@ -226,6 +267,17 @@ class Module:
             local = self.local_class(b)
             if local is not None and local.name not in _seen:
                 out |= self.class_bases(local, _seen | {cls.name})
+        return out
+
+    @cached_property
+    def calls_by_stmt(self) -> dict[int, list[ast.Call]]:
+        """id of a statement -> the calls in its own expressions (not in the statements nested in it)."""
+        out: dict[int, list[ast.Call]] = {}
+        for call, _ in self.calls:
+            for anc in self.ancestors(call):
+                if isinstance(anc, ast.stmt):
+                    out.setdefault(id(anc), []).append(call)
+                    break
         return out
 
     @cached_property

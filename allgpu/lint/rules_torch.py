@@ -111,23 +111,50 @@ def _sampler_kind(mod, node: ast.expr | None) -> str | None:
     return "local" if kinds == {"local"} else ("distributed" if kinds else None)
 
 
-def _trains_over(ctx, name: str, where: list[ast.stmt], root: ast.AST, depth: int = 0) -> bool:
-    """Is ``name`` iterated by a training loop in ``where`` (or in a local function it is passed to)?"""
+def _loops_over(ctx) -> dict[str, list]:
+    """Dotted name -> the for-loops that iterate it (``for x in loader``, ``enumerate(loader)``...)."""
+    index = ctx.__dict__.get("_loops_over")
+    if index is None:
+        index = {}
+        for loop in ctx.mod.loops:
+            if not isinstance(loop, ast.While):
+                name = dotted(tfdata.unwrap_iter(ctx.mod, loop.iter))
+                if name:
+                    index.setdefault(name, []).append(loop)
+        ctx.__dict__["_loops_over"] = index
+    return index
+
+
+def _passed_as(ctx) -> dict[str, list]:
+    """Dotted name -> ``(call, position)`` for each call that passes it positionally."""
+    index = ctx.__dict__.get("_passed_as")
+    if index is None:
+        index = {}
+        for call, qn in ctx.mod.calls:
+            if qn is None:
+                for i, arg in enumerate(call.args):
+                    name = dotted(arg)
+                    if name:
+                        index.setdefault(name, []).append((call, i))
+        ctx.__dict__["_passed_as"] = index
+    return index
+
+
+def _trains_over(ctx, name: str, depth: int = 0) -> bool:
+    """Is ``name`` iterated by a training loop (here, or in a local function it is passed to)?"""
     mod, facts = ctx.mod, ctx.facts
-    for node in iter_body_nodes(where):
-        if isinstance(node, (ast.For, ast.AsyncFor)) and dotted(tfdata.unwrap_iter(mod, node.iter)) == name:
-            if facts.features(node.body, node) & {"backward", "optstep"}:
+    for loop in _loops_over(ctx).get(name, []):
+        if facts.features(loop.body, loop) & {"backward", "optstep"}:
+            return True
+    if depth >= 2:
+        return False
+    for call, i in _passed_as(ctx).get(name, []):
+        for fn in mod.local_functions(call.func):
+            params = [a.arg for a in fn.args.args]
+            if params and params[0] in ("self", "cls"):
+                params = params[1:]
+            if i < len(params) and _trains_over(ctx, params[i], depth + 1):
                 return True
-        if depth < 2 and isinstance(node, ast.Call):
-            for i, arg in enumerate(node.args):
-                if dotted(arg) != name:
-                    continue
-                for fn in mod.local_functions(node.func):
-                    params = [a.arg for a in fn.args.args]
-                    if params and params[0] in ("self", "cls"):
-                        params = params[1:]
-                    if i < len(params) and _trains_over(ctx, params[i], fn.body, fn, depth + 1):
-                        return True
     return False
 
 
@@ -150,7 +177,7 @@ def check_pt003(ctx) -> None:
         shuffle = kwarg(call, "shuffle")
         parent = mod.parent.get(id(call))
         names = [dotted(t) for t in parent.targets] if isinstance(parent, ast.Assign) else []
-        trained = any(n and _trains_over(ctx, n, mod.tree.body, mod.tree) for n in names)
+        trained = any(n and _trains_over(ctx, n) for n in names)
         if trained or (isinstance(shuffle, ast.Constant) and shuffle.value is True):
             ctx.emit("PT003", call, "DataLoader under DDP without a DistributedSampler: every rank reads "
                                     "the whole dataset")
@@ -228,7 +255,7 @@ def _guarded(ctx, node: ast.AST, depth: int = 0) -> bool:
     for anc in mod.ancestors(node):
         if isinstance(anc, ast.If) and _rankish(anc.test):
             return True
-        for field in ("body", "orelse", "finalbody"):
+        for field in ("body", "orelse", "finalbody") if not isinstance(anc, ast.Module) else ():
             block = getattr(anc, field, None)
             if isinstance(block, list) and child in block:
                 for prev in block[:block.index(child)]:
@@ -237,7 +264,7 @@ def _guarded(ctx, node: ast.AST, depth: int = 0) -> bool:
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if _RANKISH.search(anc.name.lower()) or any(_rankish(d) for d in anc.decorator_list):
                 return True
-            sites = [c for c, qn in mod.calls if qn is None and anc in mod.local_functions(c.func)]
+            sites = mod.callers(anc)
             if depth >= 3:
                 return False
             return all(_guarded(ctx, s, depth + 1) for s in sites)  # no call site here: cannot tell
