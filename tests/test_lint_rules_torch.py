@@ -163,3 +163,12 @@ def test_ag001_model_outside_scope():
 ])
 def test_ag001_quiet(body):
     assert "AG001" not in ids(AG.format(body=body))
+
+
+def test_pt007_quiet_for_per_rank_file():
+    assert "PT007" not in ids(DDP_HEAD + "torch.save(shard, f'shard_{dist.get_rank()}.pt')\n")
+
+
+def test_pt002_quiet_in_library_that_only_imports_dist():
+    src = "import torch\nimport torch.distributed as dist\ndef helper(x):\n    return x.to(torch.device('cuda'))\n"
+    assert "PT002" not in ids(src)

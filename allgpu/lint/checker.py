@@ -137,8 +137,8 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
     except (ValueError, RecursionError, MemoryError) as exc:
         findings.append(Finding(filename, 1, 1, "E999", "error", f"file does not parse: {exc}"))
         return _keep(findings, select, ignore)
-    ctx = _Context(Module(tree, text), None)  # type: ignore[arg-type]
-    ctx.facts = Facts(ctx.mod)
+    mod = Module(tree, text)
+    ctx = _Context(mod, Facts(mod))
     for check in CHECKS:
         try:
             check(ctx)

@@ -9,7 +9,8 @@ from allgpu.lint import tfdata
 from allgpu.lint.resolve import const_str, dotted, has_star_kwargs, iter_body_nodes, kwarg
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "replicate")
-_SYNC_CALLS = ("all_reduce", "allreduce", "broadcast", "reduce_scatter", "broadcast_parameters")
+_SYNC_CALLS = ("all_reduce", "allreduce", "broadcast", "reduce_scatter", "broadcast_parameters",
+               "distribute_tensor", "parallelize_module", "init_device_mesh", "DeviceMesh", "DTensor")
 _OTHER_ENGINES = ("deepspeed", "accelerate", "horovod", "fairscale", "lightning", "pytorch_lightning", "allgpu")
 _RANKISH = re.compile(r"rank|master|main_process|is_main|chief|primary|is_root|gpu_id|process_index|global_zero")
 _INDEXED = re.compile(r"^cuda:\d+$")
@@ -29,6 +30,8 @@ class TorchFacts:
                 if qn.rsplit(".", 1)[-1] in _WRAPPERS:
                     self.wrapped = True
         self.dist = self.dist or self.wrapped
+        # the file starts the job itself (a training script, not a library that merely imports dist)
+        self.started = self.wrapped or any(qn == "torch.distributed.init_process_group" for _, qn in mod.calls)
 
 
 def _loader_calls(mod):
@@ -65,7 +68,7 @@ def _replaced_later(mod, call: ast.Call) -> bool:
 
 def check_pt002(ctx) -> None:
     mod, tf = ctx.mod, ctx.torch
-    if not tf.dist:
+    if not tf.started:
         return
     per_rank = any(qn in ("torch.cuda.set_device", "torch.cuda.device") for _, qn in mod.calls)
     for call, qn in mod.calls:
@@ -273,10 +276,12 @@ def _guarded(ctx, node: ast.AST, depth: int = 0) -> bool:
 
 
 def check_pt007(ctx) -> None:
-    if not ctx.torch.dist:
+    if not ctx.torch.started:
         return
     for call, qn in ctx.mod.calls:
-        if qn == "torch.save" and not _guarded(ctx, call):
+        if qn != "torch.save" or (len(call.args) > 1 and _rankish(call.args[1])):
+            continue  # a per-rank file (``f"shard_{rank}.pt"``) is meant to be written by every rank
+        if not _guarded(ctx, call):
             ctx.emit("PT007", call, "torch.save runs on every rank: guard it with `if dist.get_rank() == 0:`")
 
 
