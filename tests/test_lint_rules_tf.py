@@ -241,3 +241,21 @@ def test_tf012_mwms_without_cluster():
 ])
 def test_tf012_quiet_with_cluster(extra):
     assert "TF012" not in ids(f"import os\nimport tensorflow as tf\n{extra}\ns = tf.distribute.MultiWorkerMirroredStrategy()\n")
+
+
+def test_tf001_follows_function_passed_to_absl_app_run():
+    src = """
+import tensorflow as tf
+from absl import app
+def main(argv):
+    strategy = tf.distribute.MirroredStrategy()
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+    model.fit(x, y)
+app.run(main)
+"""
+    assert "TF001" in ids(src)
+
+
+def test_tf008_quiet_on_tf_data_options_only():
+    src = "import tensorflow as tf\nopts = tf.data.Options()\nmodel.fit(x, y)\n"
+    assert "TF008" not in ids(src)

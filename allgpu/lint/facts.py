@@ -91,6 +91,13 @@ class Facts:
         f = call.func
         return isinstance(f, ast.Attribute) and f.attr in RUN_ATTRS and self.is_strategy_expr(f.value)
 
+    @cached_property
+    def scope_names(self) -> set[str]:
+        """Names assigned from a ``.scope()`` call (``strategy_scope = strategy.scope()``)."""
+        return {name for name, values in self.mod.assigns.items()
+                if any(isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "scope"
+                       for v in values)}
+
     def is_scope_expr(self, expr: ast.expr) -> bool:
         """``strategy.scope()``, a name assigned from one, or a name that says it is a scope."""
         for node in ast.walk(expr):
@@ -98,9 +105,8 @@ class Facts:
                 return True
             if isinstance(node, (ast.Name, ast.Attribute)):
                 name = dotted(node) or ""
-                for v in self.mod.assigns.get(name, []):
-                    if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "scope":
-                        return True
+                if name in self.scope_names:
+                    return True
                 if "scope" in name.rsplit(".", 1)[-1].lower() and "name_scope" not in name:
                     return True
         return False

@@ -28,7 +28,7 @@ class Rule:
     explanation: str = field(repr=False)
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Finding:
     """One pitfall found at one place.
 

@@ -53,6 +53,10 @@ def _walk(facts: Facts, on_call: OnCall) -> None:
             on_call(node, in_scope, stack)
             for fn in mod.local_functions(node.func):
                 enter(fn, in_scope, stack)
+            for arg in node.args:  # ``app.run(main)``, ``threading.Thread(target=...)``: the callee runs it
+                if isinstance(arg, ast.Name):
+                    for fn in mod.local_functions(arg):
+                        enter(fn, in_scope, stack)
             cls = mod.local_class(node.func)
             if cls is not None:
                 for item in cls.body:

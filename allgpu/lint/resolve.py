@@ -227,8 +227,11 @@ class Module:
             defs = self.functions.get(func.attr, [])
             if len(defs) > 1:
                 cls = next((a for a in self.ancestors(func) if isinstance(a, ast.ClassDef)), None)
-                mine = [d for d in defs if self.parent.get(id(d)) is cls]
-                defs = mine or defs
+                key = (func.attr, id(cls))
+                cache = self.__dict__.setdefault("_method_cache", {})
+                if key not in cache:
+                    cache[key] = [d for d in defs if self.parent.get(id(d)) is cls] or defs
+                defs = cache[key]
             return self._nearest(defs, func)
         return []
 

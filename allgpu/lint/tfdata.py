@@ -19,7 +19,11 @@ _UNWRAP = ("enumerate", "iter", "tqdm", "islice", "tqdm.tqdm", "itertools.islice
 
 
 def is_tfdata_root(qn: str | None) -> bool:
-    return bool(qn) and qn.startswith(_TFDATA_ROOTS)
+    """A call that creates a dataset (``tf.data.Dataset.from_tensor_slices``, ``tfds.load``...), not
+    ``tf.data.Options()``."""
+    if not qn or not qn.startswith(_TFDATA_ROOTS):
+        return False
+    return not qn.startswith("tensorflow.data.") or "Dataset" in qn or ".experimental.make_" in qn
 
 
 def unwrap_iter(mod: Module, expr: ast.expr) -> ast.expr:
