@@ -68,7 +68,7 @@ def test_json_format(tmp_path, capsys):
     assert data["files_checked"] == 1
     assert data["findings"][0] | {"path": None} == {"path": None, "line": 2, "col": 9, "rule_id": "PT001",
                                                     "severity": "warning", "message": data["findings"][0]["message"],
-                                                    "cell": None}
+                                                    "cell": None, "file_line": None}
 
 
 def test_sarif_format(tmp_path, capsys, monkeypatch):
@@ -110,6 +110,17 @@ def test_notebook_cells_magics_and_broken_cell():
     found = check_source(nb, "nb.ipynb")
     assert [(f.rule_id, f.cell, f.line) for f in found] == [("E999", 4, 1), ("PT001", 5, 1)]
     assert found[1].location() == "nb.ipynb:cell 5:1:9"
+
+
+def test_notebook_sarif_points_at_the_line_of_the_ipynb_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    raw = json.dumps(json.loads(notebook(("markdown", "# t"), ("code", ["import torch.nn as nn\n", "m = nn.DataParallel(m)\n"]))),
+                     indent=1, sort_keys=True)
+    (tmp_path / "nb.ipynb").write_text(raw)
+    res = json.loads(run_cli(capsys, "nb.ipynb", "--format", "sarif")[1])["runs"][0]["results"][0]
+    line = res["locations"][0]["physicalLocation"]["region"]["startLine"]
+    assert "nn.DataParallel" in raw.splitlines()[line - 1]
+    assert res["properties"] == {"cell": 2, "lineInCell": 2}
 
 
 def test_notebook_not_json_is_a_finding():

@@ -18,7 +18,7 @@ from allgpu.lint import rules_allgpu, rules_env, rules_tf, rules_tf_input, rules
 from allgpu.lint.catalog import RULES
 from allgpu.lint.facts import Facts
 from allgpu.lint.findings import Finding
-from allgpu.lint.notebook import NotebookError, read_notebook
+from allgpu.lint.notebook import NotebookError, read_notebook, source_lines_in_file
 from allgpu.lint.resolve import Module
 
 CHECKS = (
@@ -118,13 +118,15 @@ def check_source(text: str, filename: str = "<string>", select=None, ignore=None
 
 def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
     findings: list[Finding] = []
-    origin = None
+    origin, starts = None, {}
     if filename.endswith(".ipynb"):
         try:
             nb = read_notebook(text)
         except NotebookError as exc:
             return _keep([Finding(filename, 1, 1, "E999", "error", str(exc))], select, ignore)
-        findings += [Finding(filename, line, 1, "E999", "error", f"cell does not parse: {msg}", cell=cell)
+        starts = source_lines_in_file(text)
+        findings += [Finding(filename, line, 1, "E999", "error", f"cell does not parse: {msg}", cell=cell,
+                             file_line=starts[cell] + line - 1 if cell in starts else None)
                      for cell, line, msg in nb.bad_cells]
         text, origin = nb.text, nb.origin
     try:
@@ -155,7 +157,9 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
         rule = RULES[rule_id]
         if origin is not None and 0 < line <= len(origin):
             cell, cell_line = origin[line - 1]
-            findings.append(Finding(filename, cell_line, col, rule_id, rule.severity, message, cell=cell))
+            file_line = starts[cell] + cell_line - 1 if cell in starts else None
+            findings.append(Finding(filename, cell_line, col, rule_id, rule.severity, message, cell=cell,
+                                    file_line=file_line))
         else:
             findings.append(Finding(filename, line, col, rule_id, rule.severity, message))
     return _keep(findings, select, ignore)

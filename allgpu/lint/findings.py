@@ -40,6 +40,7 @@ class Finding:
         severity: copied from the rule.
         message: the rule's message, sometimes made concrete (names the model, the device).
         cell: 1-based index of the notebook cell among all cells, ``None`` for a ``.py`` file.
+        file_line: for a notebook, the line of the ``.ipynb`` file itself (used by SARIF), when known.
     """
 
     path: str
@@ -49,6 +50,7 @@ class Finding:
     severity: str
     message: str
     cell: int | None = None
+    file_line: int | None = None
 
     def location(self) -> str:
         """``path:line:col`` or, for a notebook, ``path:cell N:line:col``."""

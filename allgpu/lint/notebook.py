@@ -55,6 +55,27 @@ def cell_lines(source) -> list[str]:
     return [_clean(ln) for ln in lines]
 
 
+def source_lines_in_file(raw: str) -> dict[int, int]:
+    """Cell number -> the line of the ``.ipynb`` file that holds the cell's first source line.
+
+    Relies on the layout Jupyter writes (``json.dump(indent=1, sort_keys=True)``): one ``"cell_type"`` key
+    per cell, ``"source"`` last, one list element per line. Cells not found this way are left out (SARIF then
+    falls back to the line inside the cell).
+    """
+    out: dict[int, int] = {}
+    cell = 0
+    waiting = False
+    for number, line in enumerate(raw.splitlines(), start=1):
+        stripped = line.lstrip()
+        if stripped.startswith('"cell_type":'):
+            cell += 1
+            waiting = True
+        elif waiting and stripped.startswith('"source":'):
+            out[cell] = number + 1 if stripped.rstrip().endswith("[") else number
+            waiting = False
+    return out
+
+
 def read_notebook(raw: str) -> NotebookSource:
     """Turn the JSON text of an ``.ipynb`` into a :class:`NotebookSource`.
 

@@ -47,7 +47,8 @@ def sarif_log(findings: list[Finding]) -> dict:
 
     Source: OASIS SARIF 2.1.0 (``runs[].tool.driver.rules``, ``results[].locations[].physicalLocation``);
     GitHub code scanning needs ``ruleId``, ``message.text`` and a ``region.startLine`` on each result.
-    Notebook findings carry the cell in the message and in ``properties.cell``; the line is the cell's line.
+    Notebook findings point at the line of the ``.ipynb`` file (where Jupyter's layout allows finding it)
+    and carry the cell and the line inside it in the message and in ``properties``.
     """
     ids = list(RULES)
     rules = [{
@@ -61,7 +62,10 @@ def sarif_log(findings: list[Finding]) -> dict:
     } for r in RULES.values()]
     results = []
     for f in findings:
-        text = f"{f.message} (cell {f.cell})" if f.cell is not None else f.message
+        text = f"{f.message} (cell {f.cell}, line {f.line})" if f.cell is not None else f.message
+        region = {"startLine": max(f.file_line or f.line, 1)}
+        if f.cell is None:  # inside a notebook's JSON the cell's column is not the file's column
+            region["startColumn"] = max(f.col, 1)
         result = {
             "ruleId": f.rule_id,
             "ruleIndex": ids.index(f.rule_id),
@@ -69,12 +73,12 @@ def sarif_log(findings: list[Finding]) -> dict:
             "message": {"text": text},
             "locations": [{"physicalLocation": {
                 "artifactLocation": {"uri": _uri(f.path)},
-                "region": {"startLine": max(f.line, 1), "startColumn": max(f.col, 1)},
+                "region": region,
             }}],
             "partialFingerprints": {"allgpuLint/v1": f"{f.rule_id}:{_uri(f.path)}:{f.cell or 0}:{f.line}"},
         }
         if f.cell is not None:
-            result["properties"] = {"cell": f.cell}
+            result["properties"] = {"cell": f.cell, "lineInCell": f.line}
         results.append(result)
     return {
         "$schema": SARIF_SCHEMA,
