@@ -1,0 +1,171 @@
+"""The rule catalogue: every rule's id, severity, message and the explanation ``--explain`` prints."""
+
+from __future__ import annotations
+
+from allgpu.lint.findings import Rule
+
+_R = [
+    Rule("E999", "error", "unparseable-file", "file could not be parsed; nothing in it was checked",
+         "The file is not valid Python 3 (often Python 2 code: `print x`, `except E, e:`), or a notebook whose\n"
+         "JSON cannot be read. The checker reads the syntax tree only, so it could check nothing here.\n"
+         "Fix: port the file to Python 3 (`2to3 -w FILE`), or exclude it with --ignore E999."),
+    # ---- TensorFlow / Keras --------------------------------------------------------------------------
+    Rule("TF001", "error", "created-outside-scope",
+         "model/optimizer/metric created outside strategy.scope() while a tf.distribute strategy exists",
+         "Variables are mirrored only when created under `with strategy.scope():`. A model, optimizer or metric\n"
+         "built outside it lives on one device, and training runs there: the other GPUs stay idle (or Keras\n"
+         "raises a 'created outside the scope' error later).\n"
+         "Fix:\n    strategy = tf.distribute.MirroredStrategy()\n    with strategy.scope():\n"
+         "        model = build_model()\n        model.compile(optimizer='adam', loss=...)\n    model.fit(dataset)"),
+    Rule("TF002", "warning", "pinned-to-one-device",
+         "training pinned to a single device with tf.device() while more devices are meant to be used",
+         "`with tf.device('/gpu:0'):` places everything inside on GPU 0. Training under it uses one GPU, no\n"
+         "matter how many there are. (Placing variables on /cpu:0 with per-tower `tf.device('/gpu:%d' % i)` is\n"
+         "the TF1 multi-tower pattern and is not flagged.)\n"
+         "Fix: remove the device pin and let a strategy place the replicas:\n"
+         "    strategy = tf.distribute.MirroredStrategy()\n    with strategy.scope():\n        model = ..."),
+    Rule("TF003", "error", "visible-devices-narrowed",
+         "only one GPU made visible in code (CUDA_VISIBLE_DEVICES / tf.config.set_visible_devices)",
+         "Setting CUDA_VISIBLE_DEVICES to a single id, or `tf.config.set_visible_devices(gpus[0], 'GPU')`,\n"
+         "hides every other GPU from the process: a MirroredStrategy then has one replica.\n"
+         "Fix: delete the line and choose devices when launching (`CUDA_VISIBLE_DEVICES=0,1 python train.py`),\n"
+         "or list several: `MirroredStrategy(devices=['/gpu:0', '/gpu:1'])`. '-1' (hide all) is not flagged."),
+    Rule("TF004", "error", "dataset-not-distributed",
+         "strategy.run fed from a dataset that was not distributed",
+         "In a custom loop, each replica must get its own slice of the global batch. Iterating a plain\n"
+         "tf.data.Dataset gives every replica the same full batch (or fails on PerReplica values).\n"
+         "Fix:\n    dist_ds = strategy.experimental_distribute_dataset(dataset)\n    for batch in dist_ds:\n"
+         "        strategy.run(train_step, args=(batch,))\n"
+         "(or `strategy.distribute_datasets_from_function(fn)`). Keras `fit` needs neither."),
+    Rule("TF005", "error", "step-called-directly",
+         "training step called directly in a loop while a strategy exists (not through strategy.run)",
+         "A step function called directly runs once, on the default device, in the cross-replica context:\n"
+         "the strategy's replicas do nothing.\n"
+         "Fix:\n    @tf.function\n    def distributed_step(batch):\n"
+         "        per_replica = strategy.run(train_step, args=(batch,))\n"
+         "        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)"),
+    Rule("TF006", "error", "loss-not-scaled-globally",
+         "per-replica loss uses the default Keras reduction; scale by the global batch instead",
+         "Inside strategy.run each replica sees B/N examples. A Keras loss with the default reduction divides\n"
+         "by the per-replica batch, so after the gradient sum across replicas the loss is N times too large\n"
+         "(TensorFlow refuses AUTO/SUM_OVER_BATCH_SIZE here).\n"
+         "Fix:\n    loss_obj = tf.keras.losses.SparseCategoricalCrossentropy(\n"
+         "        from_logits=True, reduction=tf.keras.losses.Reduction.NONE)\n"
+         "    loss = tf.nn.compute_average_loss(loss_obj(y, pred), global_batch_size=GLOBAL_BATCH)"),
+    Rule("TF007", "warning", "batch-not-scaled",
+         "batch size is a constant: not scaled by strategy.num_replicas_in_sync",
+         "With N replicas the batch given to the dataset or to fit() is the *global* batch: each GPU gets B/N.\n"
+         "A constant tuned for one GPU leaves every GPU underfed (and changes the optimisation).\n"
+         "Fix:\n    BATCH_PER_REPLICA = 64\n"
+         "    GLOBAL_BATCH = BATCH_PER_REPLICA * strategy.num_replicas_in_sync\n"
+         "    dataset = dataset.batch(GLOBAL_BATCH)"),
+    Rule("TF008", "warning", "no-prefetch",
+         "tf.data pipeline feeds training without .prefetch()",
+         "Without prefetch, input preparation and the training step take turns: the GPUs wait for each batch.\n"
+         "Fix: end the pipeline with `dataset = dataset.prefetch(tf.data.AUTOTUNE)`."),
+    Rule("TF009", "warning", "map-serial",
+         "tf.data .map() without num_parallel_calls runs on one CPU thread",
+         "`Dataset.map(fn)` without num_parallel_calls processes one element at a time; with several GPUs the\n"
+         "input pipeline becomes the bottleneck.\n"
+         "Fix: `dataset.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`."),
+    Rule("TF010", "error", "accumulation-applies-every-step",
+         "'gradient accumulation' loop applies gradients on every micro-step",
+         "Accumulation means summing gradients over k micro-batches and applying once. Calling\n"
+         "apply_gradients inside the micro-step loop updates k times per batch: no accumulation happens and\n"
+         "the effective batch stays small.\n"
+         "Fix: sum into accumulators and apply when `(step + 1) % accum_steps == 0`:\n"
+         "    accum = [a + g for a, g in zip(accum, grads)]\n"
+         "    if (step + 1) % accum_steps == 0:\n"
+         "        optimizer.apply_gradients(zip([a / accum_steps for a in accum], model.trainable_variables))"),
+    Rule("TF011", "warning", "step-not-tf-function",
+         "strategy.run called from eager code: the step is not wrapped in tf.function",
+         "Run eagerly, strategy.run executes the replicas one after another in Python; wrapped in\n"
+         "tf.function, the replicas run in parallel from one graph.\n"
+         "Fix:\n    @tf.function\n    def distributed_step(batch):\n"
+         "        return strategy.run(train_step, args=(batch,))"),
+    Rule("TF012", "warning", "multiworker-no-cluster",
+         "MultiWorkerMirroredStrategy with no cluster configuration (TF_CONFIG or a cluster resolver) in sight",
+         "Without TF_CONFIG (or a cluster resolver) each worker believes it is alone: N independent\n"
+         "single-worker jobs train N different models.\n"
+         "Fix: set TF_CONFIG on every worker, e.g.\n"
+         "    os.environ['TF_CONFIG'] = json.dumps({'cluster': {'worker': [...]}, 'task': {'type': 'worker', 'index': i}})\n"
+         "or pass `cluster_resolver=tf.distribute.cluster_resolver.SlurmClusterResolver()`."),
+    # ---- PyTorch -------------------------------------------------------------------------------------
+    Rule("PT001", "warning", "data-parallel",
+         "nn.DataParallel: single-process, GIL-bound, GPU 0 does extra work",
+         "DataParallel scatters each batch from GPU 0 and gathers outputs there every step, in one Python\n"
+         "process; it scales poorly and is not recommended by PyTorch.\n"
+         "Fix: one process per GPU with DistributedDataParallel (torchrun) or allgpu:\n"
+         "    strategy = allgpu.MirroredStrategy()\n    with strategy.scope():\n        model = Net()"),
+    Rule("PT002", "error", "hard-coded-device",
+         "device hard-coded in a torch.distributed script: every rank uses the same GPU",
+         "`.cuda()`, `.to('cuda:0')` or `torch.device('cuda:0')` put every process on GPU 0 (bare `.cuda()` is\n"
+         "GPU 0 unless torch.cuda.set_device was called).\n"
+         "Fix:\n    local_rank = int(os.environ['LOCAL_RANK'])\n    torch.cuda.set_device(local_rank)\n"
+         "    device = torch.device('cuda', local_rank)"),
+    Rule("PT003", "error", "loader-not-sharded",
+         "DataLoader under DDP without a DistributedSampler: every rank trains on the whole dataset",
+         "Each DDP rank iterates its own DataLoader. Without a DistributedSampler they all see all the data,\n"
+         "so an epoch does N times the work and gains nothing.\n"
+         "Fix:\n    sampler = DistributedSampler(dataset)\n"
+         "    loader = DataLoader(dataset, batch_size=B, sampler=sampler, num_workers=4)"),
+    Rule("PT004", "warning", "sampler-no-set-epoch",
+         "DistributedSampler without set_epoch() in the epoch loop: the same order every epoch",
+         "DistributedSampler seeds its shuffle with the epoch number; without `sampler.set_epoch(epoch)` every\n"
+         "epoch uses the same permutation.\n"
+         "Fix:\n    for epoch in range(epochs):\n        sampler.set_epoch(epoch)\n        for batch in loader: ..."),
+    Rule("PT005", "warning", "loader-no-workers",
+         "DataLoader with no worker processes (num_workers missing or 0) in a training script",
+         "With num_workers=0 the training process loads and augments every batch itself, between steps; the\n"
+         "GPUs wait.\nFix: `DataLoader(..., num_workers=4, pin_memory=True, persistent_workers=True)`."),
+    Rule("PT006", "warning", "accumulation-without-no-sync",
+         "gradient accumulation under DDP without model.no_sync(): gradients all-reduced every micro-step",
+         "DDP all-reduces in every backward(). Accumulating k micro-batches without no_sync() pays k\n"
+         "all-reduces instead of one.\n"
+         "Fix:\n    ctx = model.no_sync() if (i + 1) % k else contextlib.nullcontext()\n"
+         "    with ctx:\n        loss.backward()"),
+    Rule("PT007", "warning", "save-on-every-rank",
+         "torch.save not guarded by a rank check: every rank writes the same file",
+         "Every process runs the same script; unguarded, N processes write one checkpoint path at once and\n"
+         "can leave it corrupt.\n"
+         "Fix:\n    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), path)"),
+    Rule("PT008", "info", "batchnorm-not-synced",
+         "BatchNorm under DDP without SyncBatchNorm: statistics from the per-GPU batch only",
+         "Under DDP each rank normalises with its own small batch; with small per-GPU batches this hurts\n"
+         "accuracy.\nFix: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping in DDP."),
+    Rule("PT009", "error", "distributed-model-not-wrapped",
+         "torch.distributed initialised but the model is neither wrapped (DDP/FSDP) nor synced",
+         "init_process_group starts the group, but nothing averages gradients: each rank trains its own model.\n"
+         "Fix: `model = DistributedDataParallel(model.to(local_rank), device_ids=[local_rank])`."),
+    Rule("PT010", "error", "visible-devices-narrowed",
+         "CUDA_VISIBLE_DEVICES narrowed to one GPU in code",
+         "Setting CUDA_VISIBLE_DEVICES to a single id in the script hides all the other GPUs from it.\n"
+         "Fix: remove the line; choose devices at launch (`CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun ...`).\n"
+         "Setting it per process from the local rank, to '-1', or to several GPUs is not flagged."),
+    Rule("PT011", "warning", "torch-load-unsafe",
+         "torch.load without weights_only=True can run arbitrary code from the file",
+         "torch.load unpickles; a crafted checkpoint executes code on load.\n"
+         "Fix: `torch.load(path, map_location='cpu', weights_only=True)`."),
+    # ---- allgpu --------------------------------------------------------------------------------------
+    Rule("AG001", "error", "allgpu-created-outside-scope",
+         "model built outside strategy.scope() in a script that uses an allgpu strategy",
+         "allgpu mirrors only the modules created inside `with strategy.scope():`; a model built outside is\n"
+         "not mirrored and allgpu refuses to train it (NotMirroredError).\n"
+         "Fix:\n    strategy = allgpu.MirroredStrategy()\n    with strategy.scope():\n        model = Net()\n"
+         "        optimizer = torch.optim.AdamW(model.parameters())\n"
+         "    allgpu.fit(model, optimizer, loss_fn, data, epochs=3, global_batch_size=256, strategy=strategy)"),
+]
+
+RULES: dict[str, Rule] = {r.id: r for r in _R}
+
+
+def explain(rule_id: str) -> str:
+    """The full text for ``allgpu lint --explain ID``.
+
+    Raises:
+        KeyError: ``rule_id`` is not a known rule (the message lists the known ids).
+    """
+    rule = RULES.get(rule_id.upper())
+    if rule is None:
+        raise KeyError(f"unknown rule {rule_id!r}; known rules: {', '.join(RULES)}")
+    return f"{rule.id} ({rule.severity}, {rule.title}): {rule.message}\n\n{rule.explanation}\n"

@@ -1,0 +1,198 @@
+"""Facts about one file that several rules share: strategies, strategy.run, scopes, what each function does.
+
+A function's *summary* is the set of features its body has, through the local functions it calls:
+``tape`` (``tf.GradientTape``), ``apply`` / ``apply_uncond`` (``apply_gradients``/``minimize``, the latter not
+under an ``if``), ``fit``, ``run`` (``strategy.run``), ``backward``, ``optstep`` (``optimizer.step()``).
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cached_property
+
+from allgpu.lint.resolve import Module, dotted, iter_body_nodes
+
+RUN_ATTRS = ("run", "experimental_run_v2", "experimental_run")
+DISTRIBUTE_ATTRS = (
+    "experimental_distribute_dataset",
+    "distribute_datasets_from_function",
+    "experimental_distribute_datasets_from_function",
+    "distribute_dataset",
+)
+TRAIN_FEATURES = frozenset({"tape", "apply", "fit", "backward", "optstep"})
+
+
+def strategy_ctor(qn: str | None) -> tuple[str, str] | None:
+    """``(framework, kind)`` when ``qn`` names a strategy class: ``("tf", "MirroredStrategy")``."""
+    if not qn:
+        return None
+    last = qn.rsplit(".", 1)[-1]
+    if not last.endswith("Strategy") or last == "Strategy":
+        return None
+    if qn.startswith("tensorflow.distribute."):
+        return "tf", last
+    if qn.startswith("allgpu."):
+        return "allgpu", last
+    return None
+
+
+class Facts:
+    """Derived, cached facts about a :class:`Module`."""
+
+    def __init__(self, mod: Module):
+        self.mod = mod
+        self._summaries: dict[int, frozenset[str]] = {}
+        self._in_progress: set[int] = set()
+
+    # --- strategies --------------------------------------------------------------------------------
+    @cached_property
+    def strategy_calls(self) -> list[tuple[ast.Call, str, str]]:
+        """Every strategy constructor call: ``(call, framework, kind)``."""
+        out = []
+        for call, qn in self.mod.calls:
+            sc = strategy_ctor(qn)
+            if sc:
+                out.append((call, *sc))
+        return out
+
+    @cached_property
+    def strategy_names(self) -> dict[str, str]:
+        """Dotted names bound to a strategy -> framework (through local functions that return one)."""
+        returning: dict[str, str] = {}
+        for call, fw, _ in self.strategy_calls:
+            fn = self.mod.enclosing_function(call)
+            if fn is not None and any(isinstance(n, ast.Return) for n in iter_body_nodes(fn.body)):
+                returning[fn.name] = fw
+        out: dict[str, str] = {}
+        for name, values in self.mod.assigns.items():
+            for v in values:
+                if isinstance(v, ast.Call):
+                    sc = strategy_ctor(self.mod.qualname(v.func))
+                    if sc:
+                        out[name] = sc[0]
+                    elif isinstance(v.func, ast.Name) and v.func.id in returning:
+                        out[name] = returning[v.func.id]
+        return out
+
+    def has_strategy(self, framework: str, multi_device: bool = True) -> bool:
+        return any(fw == framework and not (multi_device and kind == "OneDeviceStrategy")
+                   for _, fw, kind in self.strategy_calls)
+
+    def is_strategy_expr(self, node: ast.AST) -> bool:
+        name = dotted(node)
+        if name is not None:
+            return name in self.strategy_names or "strategy" in name.rsplit(".", 1)[-1].lower()
+        if isinstance(node, ast.Call):
+            qn = self.mod.qualname(node.func) or ""
+            return bool(strategy_ctor(qn)) or qn.endswith("get_strategy")
+        return False
+
+    def is_strategy_run(self, call: ast.Call) -> bool:
+        f = call.func
+        return isinstance(f, ast.Attribute) and f.attr in RUN_ATTRS and self.is_strategy_expr(f.value)
+
+    @cached_property
+    def scope_names(self) -> set[str]:
+        """Names assigned from a ``.scope()`` call (``strategy_scope = strategy.scope()``)."""
+        return {name for name, values in self.mod.assigns.items()
+                if any(isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "scope"
+                       for v in values)}
+
+    def is_scope_expr(self, expr: ast.expr) -> bool:
+        """``strategy.scope()``, a name assigned from one, or a name that says it is a scope."""
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "scope":
+                return True
+            if isinstance(node, (ast.Name, ast.Attribute)):
+                name = dotted(node) or ""
+                if name in self.scope_names:
+                    return True
+                if "scope" in name.rsplit(".", 1)[-1].lower() and "name_scope" not in name:
+                    return True
+        return False
+
+    @cached_property
+    def run_targets(self) -> set[int]:
+        """ids of the local functions passed to ``strategy.run`` (and of those they call)."""
+        out: set[int] = set()
+        stack = []
+        for call, _ in self.mod.calls:
+            if self.is_strategy_run(call) and call.args:
+                stack.extend(self.mod.local_functions(call.args[0]))
+        while stack:
+            fn = stack.pop()
+            if id(fn) in out:
+                continue
+            out.add(id(fn))
+            for node in iter_body_nodes(fn.body):
+                if isinstance(node, ast.Call):
+                    stack.extend(self.mod.local_functions(node.func))
+        return out
+
+    # --- features ----------------------------------------------------------------------------------
+    def call_features(self, call: ast.Call) -> set[str]:
+        f = call.func
+        out: set[str] = set()
+        qn = self.mod.qualname(f)
+        if qn and qn.endswith("GradientTape"):
+            out.add("tape")
+        if isinstance(f, ast.Attribute):
+            attr = f.attr
+            recv = (dotted(f.value) or "").lower()
+            if attr in ("apply_gradients", "minimize"):
+                out.add("apply")
+            elif attr in ("fit", "fit_generator", "train_on_batch"):
+                out.add("fit")
+            elif attr == "backward":
+                out.add("backward")
+            elif attr == "step" and ("opt" in recv.rsplit(".", 1)[-1] or "scaler" in recv):
+                out.add("optstep")
+            if attr in RUN_ATTRS and self.is_strategy_expr(f.value):
+                out.add("run")
+        return out
+
+    def summary(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+        """Features of ``fn``'s body, through the local functions it calls (recursion-safe)."""
+        key = id(fn)
+        if key in self._summaries:
+            return self._summaries[key]
+        if key in self._in_progress:
+            return frozenset()
+        self._in_progress.add(key)
+        feats = self.features(fn.body, fn)
+        self._in_progress.discard(key)
+        self._summaries[key] = frozenset(feats)
+        return self._summaries[key]
+
+    def features(self, stmts: list[ast.stmt], root: ast.AST) -> set[str]:
+        """Features of ``stmts``; ``apply_uncond`` when an apply is reached with no ``if`` below ``root``."""
+        out: set[str] = set()
+        for node in iter_body_nodes(stmts):
+            if not isinstance(node, ast.Call):
+                continue
+            feats = self.call_features(node)
+            for fn in self.mod.local_functions(node.func):
+                feats |= self.summary(fn)
+            # an apply here, or one a callee makes unconditionally, is unconditional unless this call is under an if
+            if ("apply" in feats and ("apply_uncond" in feats or "apply" in self.call_features(node))
+                    and not self.under_if(node, root)):
+                feats.add("apply_uncond")
+            else:
+                feats.discard("apply_uncond")
+            out |= feats
+        return out
+
+    def under_if(self, node: ast.AST, root: ast.AST) -> bool:
+        for anc in self.mod.ancestors(node):
+            if anc is root:
+                return False
+            if isinstance(anc, (ast.If, ast.IfExp)):
+                return True
+        return False
+
+    @cached_property
+    def file_features(self) -> set[str]:
+        feats: set[str] = set()
+        for call, _ in self.mod.calls:
+            feats |= self.call_features(call)
+        return feats

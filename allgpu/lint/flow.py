@@ -1,0 +1,141 @@
+"""Follow the code as it runs, entering the local functions it calls, and know whether a strategy scope is open.
+
+Used by the "created outside ``strategy.scope()``" rules: a model built by a helper that is called inside
+``with strategy.scope():`` (or in a class's ``__init__`` that is), or under a scope held in a variable
+(``with strategy_scope:``), is inside the scope.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Callable
+
+from allgpu.lint.facts import Facts
+from allgpu.lint.resolve import dotted
+
+# Callback: (call, in_scope, stack). ``stack`` holds the statements and function definitions from the module
+# body down to the statement that contains ``call``.
+OnCall = Callable[[ast.Call, bool, list], None]
+
+_BUDGET = 400_000  # statements visited at most per file: bounds pathological call graphs
+
+
+def walk_scopes(facts: Facts, on_call: OnCall) -> None:
+    """Call ``on_call`` for every call reached from the module body, with the scope state at that point.
+
+    The walk is done once per file and replayed to every later caller (TF001 and AG001 share it).
+    """
+    events = facts.__dict__.get("_scope_events")
+    if events is None:
+        events = []
+        _walk(facts, lambda call, in_scope, stack: events.append((call, in_scope, stack)))
+        facts.__dict__["_scope_events"] = events
+    for call, in_scope, stack in events:
+        on_call(call, in_scope, stack)
+
+
+def _walk(facts: Facts, on_call: OnCall) -> None:
+    mod = facts.mod
+    budget = [_BUDGET]
+    visited: set[tuple[int, bool, int]] = set()
+
+    def enter(fn: ast.AST, in_scope: bool, stack: list) -> None:
+        key = (id(fn), in_scope, id(stack[-1]) if stack else 0)
+        if key in visited or any(s is fn for s in stack):
+            return
+        visited.add(key)
+        stmts(fn.body, in_scope, stack + [fn])
+
+    by_stmt = mod.calls_by_stmt
+
+    def calls_of(st: ast.stmt, in_scope: bool, stack: list) -> None:
+        for node in by_stmt.get(id(st), ()):
+            on_call(node, in_scope, stack)
+            for fn in mod.local_functions(node.func):
+                enter(fn, in_scope, stack)
+            for arg in node.args:  # ``app.run(main)``, ``threading.Thread(target=...)``: the callee runs it
+                if isinstance(arg, ast.Name):
+                    for fn in mod.local_functions(arg):
+                        enter(fn, in_scope, stack)
+            cls = mod.local_class(node.func)
+            if cls is not None:
+                for item in cls.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "__init__":
+                        enter(item, in_scope, stack)
+
+    def stmts(body: list, in_scope: bool, stack: list) -> None:
+        for st in body:
+            if budget[0] <= 0:
+                return
+            budget[0] -= 1
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            calls_of(st, in_scope, stack + [st])  # with-items, tests, iterables: before the body runs
+            if isinstance(st, (ast.With, ast.AsyncWith)):
+                opened = any(facts.is_scope_expr(item.context_expr) for item in st.items)
+                stmts(st.body, in_scope or opened, stack)
+                continue
+            for fname in st._fields:
+                value = getattr(st, fname, None)
+                if not isinstance(value, list) or not value:
+                    continue
+                for v in value:
+                    if isinstance(v, ast.stmt):
+                        stmts([v], in_scope, stack)
+                    elif isinstance(v, ast.excepthandler) or (hasattr(ast, "match_case") and isinstance(v, ast.match_case)):
+                        stmts(v.body, in_scope, stack)
+
+    stmts(mod.tree.body, False, [])
+
+
+def stack_targets(stack: list) -> set[str]:
+    """The names that end up holding what the call on top of ``stack`` creates.
+
+    The targets of the call's own statement; when that is a ``return``, the targets of the statement that
+    called the function, and so on up. ``x = Dense(4)(inputs)`` inside a builder yields ``{"x"}``, not the
+    caller's ``model``.
+    """
+    out: set[str] = set()
+    i = len(stack) - 1
+    while i >= 0 and isinstance(stack[i], ast.Return):
+        while i >= 0 and not isinstance(stack[i], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            i -= 1
+        i -= 1  # the caller's statement
+    if i < 0:
+        return out
+    for st in stack[i:i + 1]:
+        if isinstance(st, ast.Assign):
+            targets = st.targets
+        elif isinstance(st, (ast.AnnAssign, ast.AugAssign)):
+            targets = [st.target]
+        else:
+            continue
+        for t in targets:
+            for sub in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                name = dotted(sub)
+                if name:
+                    out.add(name)
+    return out
+
+
+def call_site_note(stack: list) -> str:
+    """`` (via the call at line N)`` when the creation happens in a function called from line N."""
+    for i in range(len(stack) - 1, 0, -1):
+        if isinstance(stack[i], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return f" (in {stack[i].name}(), called at line {stack[i - 1].lineno})"
+    return ""
+
+
+def nested_check(facts: Facts, classify: Callable[[ast.Call], str | None]) -> Callable[[ast.Call], bool]:
+    """Wrap ``classify`` so a creation nested in another creation (a layer in ``Sequential([...])``) is skipped."""
+    mod = facts.mod
+
+    def is_nested(call: ast.Call) -> bool:
+        for anc in mod.ancestors(call):
+            if isinstance(anc, ast.stmt):
+                return False
+            if isinstance(anc, ast.Call) and classify(anc):
+                return True
+        return False
+
+    return is_nested

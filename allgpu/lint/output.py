@@ -1,0 +1,99 @@
+"""Render findings as text, JSON or SARIF 2.1.0 (the format GitHub code scanning uploads)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import allgpu
+from allgpu.lint.catalog import RULES
+from allgpu.lint.findings import Finding
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+INFO_URI = "https://github.com/allgpu/allgpu"
+
+
+def format_text(findings: list[Finding], files_checked: int) -> str:
+    """One ``path:line:col: ID [severity] message`` line per finding, then a summary line."""
+    lines = [f"{f.location()}: {f.rule_id} [{f.severity}] {f.message}" for f in findings]
+    if findings:
+        by_rule = Counter(f.rule_id for f in findings)
+        detail = ", ".join(f"{rid} x{n}" for rid, n in sorted(by_rule.items()))
+        lines.append(f"{len(findings)} finding(s) in {files_checked} file(s): {detail}. "
+                     "`allgpu lint --explain ID` shows the fix.")
+    else:
+        lines.append(f"no findings in {files_checked} file(s)")
+    return "\n".join(lines) + "\n"
+
+
+def format_json(findings: list[Finding], files_checked: int) -> str:
+    """``{"files_checked": N, "findings": [{path, line, col, rule_id, severity, message, cell}, ...]}``."""
+    return json.dumps({"files_checked": files_checked, "findings": [f.to_dict() for f in findings]}, indent=2) + "\n"
+
+
+def _uri(path: str) -> str:
+    p = Path(path)
+    try:
+        p = p.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return p.resolve().as_uri()
+    return p.as_posix()
+
+
+def sarif_log(findings: list[Finding]) -> dict:
+    """The SARIF 2.1.0 log as a dict: one run, the whole rule catalogue, one result per finding.
+
+    Source: OASIS SARIF 2.1.0 (``runs[].tool.driver.rules``, ``results[].locations[].physicalLocation``);
+    GitHub code scanning needs ``ruleId``, ``message.text`` and a ``region.startLine`` on each result.
+    Notebook findings point at the line of the ``.ipynb`` file (where Jupyter's layout allows finding it)
+    and carry the cell and the line inside it in the message and in ``properties``.
+    """
+    ids = list(RULES)
+    rules = [{
+        "id": r.id,
+        "name": r.title,
+        "shortDescription": {"text": r.message},
+        "fullDescription": {"text": r.explanation.splitlines()[0]},
+        "help": {"text": r.explanation, "markdown": r.explanation},
+        "defaultConfiguration": {"level": _LEVEL[r.severity]},
+        "properties": {"tags": ["multi-gpu", r.id[:2]]},
+    } for r in RULES.values()]
+    results = []
+    for f in findings:
+        text = f"{f.message} (cell {f.cell}, line {f.line})" if f.cell is not None else f.message
+        region = {"startLine": max(f.file_line or f.line, 1)}
+        if f.cell is None:  # inside a notebook's JSON the cell's column is not the file's column
+            region["startColumn"] = max(f.col, 1)
+        result = {
+            "ruleId": f.rule_id,
+            "ruleIndex": ids.index(f.rule_id),
+            "level": _LEVEL[f.severity],
+            "message": {"text": text},
+            "locations": [{"physicalLocation": {
+                "artifactLocation": {"uri": _uri(f.path)},
+                "region": region,
+            }}],
+            "partialFingerprints": {"allgpuLint/v1": f"{f.rule_id}:{_uri(f.path)}:{f.cell or 0}:{f.line}"},
+        }
+        if f.cell is not None:
+            result["properties"] = {"cell": f.cell, "lineInCell": f.line}
+        results.append(result)
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "allgpu-lint", "version": allgpu.__version__,
+                                "informationUri": INFO_URI, "rules": rules}},
+            "results": results,
+            "columnKind": "unicodeCodePoints",
+        }],
+    }
+
+
+def format_sarif(findings: list[Finding], files_checked: int) -> str:
+    return json.dumps(sarif_log(findings), indent=2) + "\n"
+
+
+FORMATS = {"text": format_text, "json": format_json, "sarif": format_sarif}

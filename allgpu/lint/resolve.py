@@ -1,0 +1,288 @@
+"""Name resolution for one parsed file: imports and aliases, simple assignments, local functions and classes.
+
+The checker never imports the user's code; everything here reads the ``ast`` only. ``qualname`` turns
+``tf.keras.layers.Dense`` (after ``import tensorflow as tf``) into ``keras.layers.Dense`` and ``DDP`` (after
+``from torch.nn.parallel import DistributedDataParallel as DDP``) into
+``torch.nn.parallel.DistributedDataParallel``; ``tensorflow.keras``, ``tf_keras`` and ``keras`` are one name.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cached_property
+
+_PREFIXES = (
+    ("tensorflow.compat.v1.", "tensorflow."),
+    ("tensorflow.compat.v2.", "tensorflow."),
+    ("tensorflow.python.keras.", "keras."),
+    ("tensorflow.keras.", "keras."),
+    ("tf_keras.", "keras."),
+    ("torch.nn.parallel.distributed.", "torch.nn.parallel."),
+    ("torch.nn.parallel.data_parallel.", "torch.nn.parallel."),
+    ("torch.utils.data.dataloader.", "torch.utils.data."),
+    ("torch.utils.data.distributed.", "torch.utils.data."),
+    ("torch.nn.modules.batchnorm.", "torch.nn."),
+    ("torch.nn.parallel.DataParallel", "torch.nn.DataParallel"),
+    ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.DistributedDataParallel"),
+)
+
+
+def normalise(name: str) -> str:
+    """Map spellings of one API onto one name (``tensorflow.keras.X`` -> ``keras.X``)."""
+    name_dot = name + "."
+    for old, new in _PREFIXES:
+        if name_dot.startswith(old) or name == old:
+            rest = name_dot[len(old):-1] if name_dot.startswith(old) else ""
+            new = new.rstrip(".")
+            return f"{new}.{rest}" if rest else new
+    return name
+
+
+def dotted(node: ast.AST | None) -> str | None:
+    """``self.model.fit`` -> ``"self.model.fit"``; None for anything that is not a chain of names."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def const_str(node: ast.AST | None) -> str | None:
+    """The value of a string or int literal as text, else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int)) and not isinstance(node.value, bool):
+        return str(node.value)
+    return None
+
+
+def kwarg(call: ast.Call, name: str) -> ast.expr | None:
+    """The value of keyword argument ``name`` of ``call``, or None."""
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+def has_star_kwargs(call: ast.Call) -> bool:
+    """True when ``call`` passes ``**kwargs`` (its keywords cannot be known)."""
+    return any(kw.arg is None for kw in call.keywords)
+
+
+def iter_body_nodes(stmts: list[ast.stmt]):
+    """Every node under ``stmts``, not descending into nested function or class definitions."""
+    stack = list(reversed(stmts))
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            stack.append(child)
+
+
+class Module:
+    """One parsed file with its import table, assignments, definitions and parent links.
+
+    Attributes:
+        tree: the ``ast.Module``.
+        source: the text that was parsed.
+        aliases: local name -> normalised qualified name bound by an import.
+        assigns: dotted target (``"model"``, ``"self.model"``) -> every value assigned to it, in file order.
+        functions: function name -> its definitions (methods included).
+        classes: class name -> its definitions.
+        calls: every ``ast.Call`` with the normalised qualified name of what it calls (or None).
+    """
+
+    def __init__(self, tree: ast.Module, source: str):
+        self.tree = tree
+        self.source = source
+        self.aliases: dict[str, str] = {}
+        self.assigns: dict[str, list[ast.expr]] = {}
+        self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+        self.classes: dict[str, list[ast.ClassDef]] = {}
+        self.parent: dict[int, ast.AST] = {}
+        self.attrs: dict[str, list[ast.Attribute]] = {}
+        self.name_ids: set[str] = set()
+        self.loops: list[ast.For | ast.AsyncFor | ast.While] = []
+        self.subscript_assigns: list[tuple[ast.Subscript, ast.expr]] = []
+        all_calls: list[ast.Call] = []
+        parent = self.parent
+        AST = ast.AST
+        stack: list[ast.AST] = [tree]
+        while stack:  # one pass: parent links and indexes (ast.walk + iter_child_nodes costs twice as much)
+            node = stack.pop()
+            for fname in node._fields:
+                value = getattr(node, fname, None)
+                if isinstance(value, list):
+                    for child in value:
+                        if isinstance(child, AST):
+                            parent[id(child)] = node
+                            stack.append(child)
+                elif isinstance(value, AST):
+                    parent[id(value)] = node
+                    stack.append(value)
+            if isinstance(node, ast.Call):
+                all_calls.append(node)
+            elif isinstance(node, ast.Attribute):
+                self.attrs.setdefault(node.attr, []).append(node)
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+                self.loops.append(node)
+            elif isinstance(node, ast.Name):
+                self.name_ids.add(node.id)
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        self.aliases[a.asname] = normalise(a.name)
+                    else:
+                        root = a.name.split(".")[0]
+                        self.aliases[root] = root
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for a in node.names:
+                    self.aliases[a.asname or a.name] = normalise(f"{node.module}.{a.name}")
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    if isinstance(t, ast.Subscript):
+                        self.subscript_assigns.append((t, node.value))
+                    for sub in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                        key = dotted(sub)
+                        if key:
+                            self.assigns.setdefault(key, []).append(node.value)
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                key = dotted(node.optional_vars)
+                if key:
+                    self.assigns.setdefault(key, []).append(node.context_expr)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.functions.setdefault(node.name, []).append(node)
+            elif isinstance(node, ast.ClassDef):
+                self.classes.setdefault(node.name, []).append(node)
+        self._qn_cache: dict[int, str | None] = {}
+        self.calls: list[tuple[ast.Call, str | None]] = [(c, self.qualname(c.func)) for c in all_calls]
+
+    # --- names -------------------------------------------------------------------------------------
+    def qualname(self, node: ast.AST | None, _depth: int = 0) -> str | None:
+        """Normalised qualified name of a name/attribute chain, through imports and module aliases."""
+        if node is None or _depth > 4:
+            return None
+        key = id(node)
+        if _depth == 0 and key in self._qn_cache:
+            return self._qn_cache[key]
+        result = None
+        if isinstance(node, ast.Name):
+            if node.id in self.aliases:
+                result = self.aliases[node.id]
+            else:
+                vals = self.assigns.get(node.id)
+                # ``layers = tf.keras.layers``: one assignment of a name chain rooted in an import.
+                if vals and len(vals) == 1 and isinstance(vals[0], (ast.Attribute, ast.Name)):
+                    result = self.qualname(vals[0], _depth + 1)
+        elif isinstance(node, ast.Attribute):
+            base = self.qualname(node.value, _depth + 1)
+            result = normalise(f"{base}.{node.attr}") if base else None
+        if _depth == 0:
+            self._qn_cache[key] = result
+        return result
+
+    def values_of(self, node: ast.AST | None) -> list[ast.expr]:
+        """Every value assigned to the name/attribute ``node`` names ([] when unknown)."""
+        key = dotted(node)
+        return self.assigns.get(key, []) if key else []
+
+    def is_imported(self, prefix: str) -> bool:
+        """True when some import binds a name under ``prefix`` (``"torch"``, ``"tensorflow"``)."""
+        return any(q == prefix or q.startswith(prefix + ".") for q in self.aliases.values())
+
+    # --- structure ---------------------------------------------------------------------------------
+    def ancestors(self, node: ast.AST):
+        """Parents of ``node`` from the nearest up to the module."""
+        while id(node) in self.parent:
+            node = self.parent[id(node)]
+            yield node
+
+    def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return anc
+        return None
+
+    def local_functions(self, func: ast.expr) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+        """The definition in this file that ``func`` (``step``, ``self.step``) calls; [] when unknown.
+
+        When a name is defined several times, the definition that binds it at the call is taken: for a method,
+        the one in the caller's class; otherwise the last one above the call (else the first one below).
+        """
+        if isinstance(func, ast.Name) and func.id not in self.aliases:
+            defs = self.functions.get(func.id, [])
+            if not defs:
+                # ``step = tf.function(train_step)`` or ``fn = train_step``
+                for val in self.assigns.get(func.id, [])[:2]:
+                    if isinstance(val, ast.Call) and val.args and isinstance(val.args[0], ast.Name):
+                        defs = defs + self.functions.get(val.args[0].id, [])
+                    elif isinstance(val, ast.Name) and val.id != func.id:
+                        defs = defs + self.functions.get(val.id, [])
+            return self._nearest(defs, func)
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
+            defs = self.functions.get(func.attr, [])
+            if len(defs) > 1:
+                cls = next((a for a in self.ancestors(func) if isinstance(a, ast.ClassDef)), None)
+                key = (func.attr, id(cls))
+                cache = self.__dict__.setdefault("_method_cache", {})
+                if key not in cache:
+                    cache[key] = [d for d in defs if self.parent.get(id(d)) is cls] or defs
+                defs = cache[key]
+            return self._nearest(defs, func)
+        return []
+
+    @staticmethod
+    def _nearest(defs: list, node: ast.AST) -> list:
+        if len(defs) <= 1:
+            return defs
+        line = getattr(node, "lineno", 0)
+        above = [d for d in defs if d.lineno <= line]
+        return [max(above, key=lambda d: d.lineno)] if above else [min(defs, key=lambda d: d.lineno)]
+
+    def callers(self, fn: ast.AST) -> list[ast.Call]:
+        """Calls in this file that resolve to ``fn``."""
+        index = self.__dict__.get("_callers")
+        if index is None:
+            index = {}
+            for call, qn in self.calls:
+                if qn is None:
+                    for d in self.local_functions(call.func):
+                        index.setdefault(id(d), []).append(call)
+            self.__dict__["_callers"] = index
+        return index.get(id(fn), [])
+
+    def local_class(self, func: ast.expr) -> ast.ClassDef | None:
+        if isinstance(func, ast.Name) and func.id in self.classes and func.id not in self.aliases:
+            return self.classes[func.id][0]
+        return None
+
+    def class_bases(self, cls: ast.ClassDef, _seen: frozenset = frozenset()) -> set[str]:
+        """Qualified names of ``cls``'s bases, through local base classes."""
+        out: set[str] = set()
+        for b in cls.bases:
+            q = self.qualname(b)
+            if q:
+                out.add(q)
+            local = self.local_class(b)
+            if local is not None and local.name not in _seen:
+                out |= self.class_bases(local, _seen | {cls.name})
+        return out
+
+    @cached_property
+    def calls_by_stmt(self) -> dict[int, list[ast.Call]]:
+        """id of a statement -> the calls in its own expressions (not in the statements nested in it)."""
+        out: dict[int, list[ast.Call]] = {}
+        for call, _ in self.calls:
+            for anc in self.ancestors(call):
+                if isinstance(anc, ast.stmt):
+                    out.setdefault(id(anc), []).append(call)
+                    break
+        return out
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return self.source.splitlines()

@@ -1,0 +1,296 @@
+"""TensorFlow/Keras rules about placement and the custom loop: TF001-TF006 and TF010-TF011."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from allgpu.lint import tfdata
+from allgpu.lint.flow import call_site_note, nested_check, stack_targets, walk_scopes
+from allgpu.lint.resolve import const_str, dotted, iter_body_nodes, kwarg
+
+_KERAS_MODELS = {"keras.Sequential", "keras.Model", "keras.models.Sequential", "keras.models.Model",
+                 "keras.models.load_model", "keras.models.clone_model", "keras.saving.load_model"}
+_TF_MODEL_BASES = {"keras.Model", "keras.Sequential", "keras.models.Model", "keras.layers.Layer", "tensorflow.Module"}
+_SINGLE_GPU = re.compile(r"^(/?job:[^/]+(/replica:\d+)?(/task:\d+)?)?/?(device:)?(gpu|cuda):\d+$")
+_INTENT_NAMES = {"num_gpus", "n_gpus", "ngpus", "gpu_count", "num_devices", "n_devices", "n_gpu", "num_gpu"}
+
+
+def _cap(qn: str) -> bool:
+    return qn.rsplit(".", 1)[-1][:1].isupper()
+
+
+def tf_creation(ctx, call: ast.Call) -> str | None:
+    """What a call creates: ``"model"``, ``"optimizer"``, ``"metric"``, ``"variable"``, ``"layer"`` or None."""
+    mod = ctx.mod
+    qn = mod.qualname(call.func)
+    if qn:
+        if qn in _KERAS_MODELS or (qn.startswith("keras.applications.") and _cap(qn)):
+            return "model"
+        if qn.startswith("transformers.TF") and qn.endswith("from_pretrained"):
+            return "model"
+        if qn.startswith("keras.optimizers.") and "schedules" not in qn and _cap(qn):
+            return "optimizer"
+        if qn.startswith("keras.metrics.") and _cap(qn):
+            return "metric"
+        if qn.startswith("keras.layers.") and _cap(qn):
+            return "layer"
+        if qn == "tensorflow.Variable":
+            return "variable"
+        return None
+    cls = mod.local_class(call.func)
+    if cls is not None and mod.class_bases(cls) & _TF_MODEL_BASES:
+        return "model"
+    return None
+
+
+def _trained_names(ctx) -> set[str]:
+    mod, out = ctx.mod, set()
+    has_run = "run" in ctx.facts.file_features
+    for call, _ in mod.calls:
+        f = call.func
+        if not isinstance(f, ast.Attribute):
+            continue
+        recv = dotted(f.value)
+        if recv and f.attr in ("fit", "fit_generator", "train_on_batch", "apply_gradients", "minimize"):
+            out.add(recv)
+        elif recv and f.attr == "update_state" and has_run:
+            out.add(recv)
+        elif f.attr == "compile" and dotted(kwarg(call, "optimizer")):
+            out.add(dotted(kwarg(call, "optimizer")))
+    for attr in ("trainable_variables", "trainable_weights"):
+        for node in mod.attrs.get(attr, []):
+            name = dotted(node.value)
+            if name:
+                out.add(name)
+    return out
+
+
+def check_tf001(ctx) -> None:
+    facts = ctx.facts
+    if not facts.has_strategy("tf"):
+        return
+    trained = _trained_names(ctx)
+    classify = lambda c: tf_creation(ctx, c)  # noqa: E731
+    nested = nested_check(facts, classify)
+
+    def on_call(call: ast.Call, in_scope: bool, stack: list) -> None:
+        if in_scope:
+            return
+        kind = classify(call)
+        if kind is None or nested(call):
+            return
+        names = stack_targets(stack) & trained
+        if names:
+            ctx.emit("TF001", call, f"{kind} `{sorted(names)[0]}` created outside strategy.scope(): "
+                                    f"its variables live on one device{call_site_note(stack)}")
+
+    walk_scopes(facts, on_call)
+
+
+def check_tf002(ctx) -> None:
+    mod, facts = ctx.mod, ctx.facts
+    intent = facts.has_strategy("tf") or any(n.lower() in _INTENT_NAMES for n in mod.name_ids) or "num_gpus" in mod.attrs
+    if not intent:
+        return
+    for call, qn in mod.calls:
+        if qn != "tensorflow.device" or not call.args:
+            continue
+        dev = const_str(call.args[0])
+        item = mod.parent.get(id(call))
+        if dev is None or not _SINGLE_GPU.match(dev.strip().lower()) or not isinstance(item, ast.withitem):
+            continue
+        with_node = mod.parent[id(item)]
+        inner = [n for n in iter_body_nodes(with_node.body)
+                 if isinstance(n, ast.Call) and mod.qualname(n.func) == "tensorflow.device"]
+        if inner:  # per-tower placement inside: the TF1 multi-tower pattern
+            continue
+        if facts.features(with_node.body, with_node) & {"fit", "tape", "apply"}:
+            ctx.emit("TF002", call, f"training pinned to {dev!r} with tf.device(): the other GPUs stay idle")
+
+
+def _narrow_list(mod, node: ast.expr) -> bool:
+    """``gpus[0]``, ``gpus[:1]``, ``[gpus[0]]``: exactly one device, chosen by a constant."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return len(node.elts) == 1 and _narrow_list(mod, node.elts[0])
+    if isinstance(node, ast.Subscript):
+        sl = node.slice
+        if isinstance(sl, ast.Constant) and isinstance(sl.value, int):
+            return True
+        if isinstance(sl, ast.Slice) and sl.step is None:
+            lo = sl.lower.value if isinstance(sl.lower, ast.Constant) else (0 if sl.lower is None else None)
+            hi = sl.upper.value if isinstance(sl.upper, ast.Constant) else None
+            return isinstance(lo, int) and isinstance(hi, int) and hi - lo == 1
+    return False
+
+
+def check_tf003_visible(ctx) -> None:
+    """``tf.config.set_visible_devices`` with one GPU (CUDA_VISIBLE_DEVICES is in rules_env)."""
+    mod = ctx.mod
+    for call, qn in mod.calls:
+        if qn not in ("tensorflow.config.set_visible_devices", "tensorflow.config.experimental.set_visible_devices"):
+            continue
+        if not call.args:
+            continue
+        dtype = call.args[1] if len(call.args) > 1 else kwarg(call, "device_type")
+        dtype_s = const_str(dtype) if dtype is not None else "GPU"
+        if dtype_s is None or dtype_s.upper() != "GPU":
+            continue
+        if _narrow_list(mod, call.args[0]):
+            ctx.emit("TF003", call, "tf.config.set_visible_devices() leaves one GPU visible: "
+                                    "a strategy can only use that one")
+
+
+def check_tf004(ctx) -> None:
+    mod, facts = ctx.mod, ctx.facts
+    if "run" not in facts.file_features:
+        return
+    for loop in mod.loops:
+        if isinstance(loop, ast.While):
+            continue
+        src = tfdata.unwrap_iter(mod, loop.iter)
+        if tfdata.classify(mod, src) != "tfdata":
+            continue
+        if "run" in facts.features(loop.body, loop):
+            name = dotted(src) or "the dataset"
+            ctx.emit("TF004", loop.iter, f"strategy.run fed from `{name}`, a tf.data pipeline that was not "
+                                         "passed through strategy.experimental_distribute_dataset()")
+
+
+def _in_loop(mod, node: ast.AST) -> bool:
+    for anc in mod.ancestors(node):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+        if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)):
+            return True
+    return False
+
+
+def check_tf005(ctx) -> None:
+    mod, facts = ctx.mod, ctx.facts
+    if not facts.has_strategy("tf"):
+        return
+    for call, qn in mod.calls:
+        if qn is not None:
+            continue
+        fns = mod.local_functions(call.func)
+        if not fns or not _in_loop(mod, call):
+            continue
+        summary = facts.summary(fns[0])
+        if not (summary & {"tape", "apply"}) or "run" in summary:
+            continue
+        outer = mod.enclosing_function(call)
+        if outer is not None and id(outer) in facts.run_targets:
+            continue  # a per-replica function looping over its own micro-steps
+        ctx.emit("TF005", call, f"`{fns[0].name}` trains but is called directly in a loop: "
+                                "it runs on one device, not through strategy.run")
+
+
+def _default_reduction(mod, ctor: ast.Call) -> bool:
+    qn = mod.qualname(ctor.func) or ""
+    if not (qn.startswith("keras.losses.") and _cap(qn)):
+        return False
+    red = kwarg(ctor, "reduction")
+    if red is None:
+        return not any(kw.arg is None for kw in ctor.keywords)
+    text = dotted(red) or const_str(red)
+    return text is not None and text.upper().rsplit(".", 1)[-1] in ("AUTO", "SUM_OVER_BATCH_SIZE")
+
+
+def check_tf006(ctx) -> None:
+    mod, facts = ctx.mod, ctx.facts
+    if not facts.has_strategy("tf"):
+        return
+    for defs in mod.functions.values():
+        for fn in defs:
+            if id(fn) not in facts.run_targets:
+                continue
+            for node in iter_body_nodes(fn.body):
+                if not isinstance(node, ast.Call):
+                    continue
+                f = node.func
+                if isinstance(f, ast.Call):
+                    bad = _default_reduction(mod, f)
+                else:
+                    values = mod.values_of(f)
+                    bad = bool(values) and all(isinstance(v, ast.Call) and _default_reduction(mod, v) for v in values)
+                if bad:
+                    ctx.emit("TF006", node, "per-replica loss with the default Keras reduction: divided by the "
+                                            "per-replica batch, not the global one")
+
+
+def _accumulates(mod, loop) -> bool:
+    """The loop is a micro-step loop: ``range(accum_steps)`` or it adds into an accumulator itself."""
+    it = getattr(loop, "iter", None)
+    if isinstance(it, ast.Call) and (dotted(it.func) in ("range", "tf.range") or
+                                     mod.qualname(it.func) == "tensorflow.range"):
+        if any("accum" in (dotted(n) or "").lower() for n in ast.walk(it) if isinstance(n, (ast.Name, ast.Attribute))):
+            return True
+    stack = list(loop.body)
+    while stack:
+        st = stack.pop()
+        if isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(st, ast.AugAssign) and "accum" in (dotted(st.target) or "").lower():
+            return True
+        if isinstance(st, ast.Assign):
+            names = {dotted(t) for t in st.targets} - {None}
+            used = {dotted(n) for n in ast.walk(st.value) if isinstance(n, (ast.Name, ast.Attribute))}
+            if any("accum" in n.lower() and n in used for n in names):
+                return True
+        for n in ast.walk(st) if isinstance(st, ast.Expr) else []:
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "assign_add"
+                    and "accum" in (dotted(n.func.value) or "").lower()):
+                return True
+        for field in ("body", "orelse", "finalbody"):
+            stack.extend(getattr(st, field, []) or [])
+    return False
+
+
+def check_tf010(ctx) -> None:
+    mod, facts = ctx.mod, ctx.facts
+    for loop in mod.loops:
+        if not _accumulates(mod, loop):
+            continue
+        if "apply_uncond" in facts.features(loop.body, loop):
+            ctx.emit("TF010", loop, "gradient-accumulation loop applies gradients on every micro-step")
+
+
+def _is_tf_function(mod, fn, wrapped: set[str]) -> bool:
+    if fn.name in wrapped:
+        return True
+    for dec in fn.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        if mod.qualname(target) == "tensorflow.function":
+            return True
+    return False
+
+
+def check_tf011(ctx) -> None:
+    mod, facts = ctx.mod, ctx.facts
+    if not facts.has_strategy("tf", multi_device=False):
+        return
+    wrapped = {c.args[0].id for c, qn in mod.calls
+               if qn == "tensorflow.function" and c.args and isinstance(c.args[0], ast.Name)}
+    graph: set[int] = set()
+    stack = [fn for defs in mod.functions.values() for fn in defs if _is_tf_function(mod, fn, wrapped)]
+    while stack:
+        fn = stack.pop()
+        if id(fn) in graph:
+            continue
+        graph.add(id(fn))
+        for node in iter_body_nodes(fn.body):
+            if isinstance(node, ast.Call):
+                stack.extend(mod.local_functions(node.func))
+    for call, _ in mod.calls:
+        if not facts.is_strategy_run(call) or not call.args:
+            continue
+        if facts.strategy_names.get(dotted(call.func.value) or "", "tf") != "tf":
+            continue
+        targets = mod.local_functions(call.args[0])
+        if not targets or any(id(t) in graph for t in targets):
+            continue
+        outer = mod.enclosing_function(call)
+        if outer is not None and id(outer) in graph:
+            continue
+        ctx.emit("TF011", call, f"strategy.run({targets[0].name}) runs eagerly: wrap the step in @tf.function")

@@ -1,0 +1,324 @@
+"""PyTorch rules PT001-PT009 and PT011 (PT010, CUDA_VISIBLE_DEVICES, is in rules_env)."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from allgpu.lint import tfdata
+from allgpu.lint.resolve import const_str, dotted, has_star_kwargs, iter_body_nodes, kwarg
+
+_WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "replicate")
+_SYNC_CALLS = ("all_reduce", "allreduce", "broadcast", "reduce_scatter", "broadcast_parameters",
+               "distribute_tensor", "parallelize_module", "init_device_mesh", "DeviceMesh", "DTensor")
+_OTHER_ENGINES = ("deepspeed", "accelerate", "horovod", "fairscale", "lightning", "pytorch_lightning", "allgpu")
+_RANKISH = re.compile(r"rank|master|main_process|is_main|chief|primary|is_root|gpu_id|process_index|global_zero")
+_INDEXED = re.compile(r"^cuda:\d+$")
+
+
+class TorchFacts:
+    """What kind of torch script this is."""
+
+    def __init__(self, mod):
+        self.mod = mod
+        self.dist = mod.is_imported("torch.distributed")
+        self.wrapped = False
+        for _, qn in mod.calls:
+            if qn and qn.startswith("torch"):
+                if qn.startswith("torch.distributed."):
+                    self.dist = True
+                if qn.rsplit(".", 1)[-1] in _WRAPPERS:
+                    self.wrapped = True
+        self.dist = self.dist or self.wrapped
+        # the file starts the job itself (a training script, not a library that merely imports dist)
+        self.started = self.wrapped or any(qn == "torch.distributed.init_process_group" for _, qn in mod.calls)
+
+
+def _loader_calls(mod):
+    return [(c, qn) for c, qn in mod.calls if qn == "torch.utils.data.DataLoader"]
+
+
+def check_pt001(ctx) -> None:
+    for call, qn in ctx.mod.calls:
+        if qn == "torch.nn.DataParallel":
+            ctx.emit("PT001", call, "nn.DataParallel: one process drives all GPUs; use DistributedDataParallel")
+
+
+def _device_text(mod, node: ast.expr | None) -> str | None:
+    text = const_str(node)
+    if text is not None:
+        return text
+    if isinstance(node, ast.Name):
+        values = mod.values_of(node)
+        texts = {const_str(v) for v in values}
+        if values and len(texts) == 1 and None not in texts:
+            return texts.pop()
+    return None
+
+
+def _replaced_later(mod, call: ast.Call) -> bool:
+    """``device = torch.device('cuda:0')`` reassigned elsewhere (a default the local rank replaces)."""
+    parent = mod.parent.get(id(call))
+    if isinstance(parent, ast.Assign):
+        for t in parent.targets:
+            if len(mod.values_of(t)) > 1:
+                return True
+    return False
+
+
+def check_pt002(ctx) -> None:
+    mod, tf = ctx.mod, ctx.torch
+    if not tf.started:
+        return
+    per_rank = any(qn in ("torch.cuda.set_device", "torch.cuda.device") for _, qn in mod.calls)
+    for call, qn in mod.calls:
+        f = call.func
+        text = None
+        if qn == "torch.device" and call.args:
+            text = _device_text(mod, call.args[0])
+            if text == "cuda" and len(call.args) > 1:
+                idx = const_str(call.args[1])
+                text = f"cuda:{idx}" if idx is not None else None
+            if text and _replaced_later(mod, call):
+                continue
+        elif isinstance(f, ast.Attribute) and f.attr == "to" and qn is None:
+            arg = call.args[0] if call.args else kwarg(call, "device")
+            text = _device_text(mod, arg)
+        elif isinstance(f, ast.Attribute) and f.attr == "cuda" and qn is None:
+            arg = call.args[0] if call.args else kwarg(call, "device")
+            if arg is None:
+                text = "cuda"
+            elif isinstance(arg, ast.Constant) and type(arg.value) is int:
+                text = f"cuda:{arg.value}"
+        if text is None:
+            continue
+        text = text.strip().lower()
+        if _INDEXED.match(text):
+            ctx.emit("PT002", call, f"device {text!r} hard-coded in a distributed script: every rank uses that GPU")
+        elif text == "cuda" and not per_rank:
+            ctx.emit("PT002", call, "'cuda' without torch.cuda.set_device(local_rank): every rank uses GPU 0")
+
+
+def _sampler_kind(mod, node: ast.expr | None) -> str | None:
+    """``"distributed"``, ``"local"`` (a non-distributed sampler) or None (unknown)."""
+    values = [node] if isinstance(node, ast.Call) else mod.values_of(node)
+    kinds = set()
+    for v in values:
+        qn = mod.qualname(v.func) if isinstance(v, ast.Call) else None
+        if qn and qn.endswith("DistributedSampler"):
+            kinds.add("distributed")
+        elif qn and qn.startswith("torch.utils.data.") and qn.endswith("Sampler"):
+            kinds.add("local")
+        else:
+            return None
+    return "local" if kinds == {"local"} else ("distributed" if kinds else None)
+
+
+def _loops_over(ctx) -> dict[str, list]:
+    """Dotted name -> the for-loops that iterate it (``for x in loader``, ``enumerate(loader)``...)."""
+    index = ctx.__dict__.get("_loops_over")
+    if index is None:
+        index = {}
+        for loop in ctx.mod.loops:
+            if not isinstance(loop, ast.While):
+                name = dotted(tfdata.unwrap_iter(ctx.mod, loop.iter))
+                if name:
+                    index.setdefault(name, []).append(loop)
+        ctx.__dict__["_loops_over"] = index
+    return index
+
+
+def _passed_as(ctx) -> dict[str, list]:
+    """Dotted name -> ``(call, position)`` for each call that passes it positionally."""
+    index = ctx.__dict__.get("_passed_as")
+    if index is None:
+        index = {}
+        for call, qn in ctx.mod.calls:
+            if qn is None:
+                for i, arg in enumerate(call.args):
+                    name = dotted(arg)
+                    if name:
+                        index.setdefault(name, []).append((call, i))
+        ctx.__dict__["_passed_as"] = index
+    return index
+
+
+def _trains_over(ctx, name: str, depth: int = 0) -> bool:
+    """Is ``name`` iterated by a training loop (here, or in a local function it is passed to)?"""
+    mod, facts = ctx.mod, ctx.facts
+    for loop in _loops_over(ctx).get(name, []):
+        if facts.features(loop.body, loop) & {"backward", "optstep"}:
+            return True
+    if depth >= 2:
+        return False
+    for call, i in _passed_as(ctx).get(name, []):
+        for fn in mod.local_functions(call.func):
+            params = [a.arg for a in fn.args.args]
+            if params and params[0] in ("self", "cls"):
+                params = params[1:]
+            if i < len(params) and _trains_over(ctx, params[i], depth + 1):
+                return True
+    return False
+
+
+def check_pt003(ctx) -> None:
+    mod = ctx.mod
+    if not ctx.torch.wrapped:
+        return
+    for call, _ in _loader_calls(mod):
+        if has_star_kwargs(call):
+            continue
+        sampler = kwarg(call, "sampler") or kwarg(call, "batch_sampler") or (call.args[3] if len(call.args) > 3 else None)
+        if sampler is not None:
+            if _sampler_kind(mod, sampler) == "local":
+                ctx.emit("PT003", call, "DataLoader under DDP with a non-distributed sampler: ranks see the same data")
+            continue
+        ds = call.args[0] if call.args else kwarg(call, "dataset")
+        cls = mod.local_class(ds.func) if isinstance(ds, ast.Call) else None
+        if cls is not None and any("IterableDataset" in b for b in mod.class_bases(cls)):
+            continue  # an iterable dataset shards itself
+        shuffle = kwarg(call, "shuffle")
+        parent = mod.parent.get(id(call))
+        names = [dotted(t) for t in parent.targets] if isinstance(parent, ast.Assign) else []
+        trained = any(n and _trains_over(ctx, n) for n in names)
+        if trained or (isinstance(shuffle, ast.Constant) and shuffle.value is True):
+            ctx.emit("PT003", call, "DataLoader under DDP without a DistributedSampler: every rank reads "
+                                    "the whole dataset")
+
+
+def check_pt004(ctx) -> None:
+    mod = ctx.mod
+    if "set_epoch" in mod.attrs:
+        return
+    epoch_loop = False
+    for loop in mod.loops:
+        head = loop.test if isinstance(loop, ast.While) else ast.Tuple(elts=[loop.target, loop.iter])
+        if any("epoch" in (dotted(n) or "").lower() for n in ast.walk(head) if isinstance(n, (ast.Name, ast.Attribute))):
+            epoch_loop = True
+            break
+    if not epoch_loop:
+        return
+    for call, qn in mod.calls:
+        if qn and qn.startswith("torch.") and qn.endswith("DistributedSampler"):
+            shuffle = kwarg(call, "shuffle")
+            if isinstance(shuffle, ast.Constant) and shuffle.value is False:
+                continue
+            ctx.emit("PT004", call, "DistributedSampler is never given set_epoch(epoch): every epoch "
+                                    "shuffles the same way")
+
+
+def check_pt005(ctx) -> None:
+    mod, facts = ctx.mod, ctx.facts
+    if not facts.file_features & {"backward", "optstep"} and "fit" not in mod.attrs:
+        return
+    for call, _ in _loader_calls(mod):
+        if has_star_kwargs(call):
+            continue
+        workers = kwarg(call, "num_workers")
+        if workers is None and len(call.args) > 6:
+            workers = call.args[6]
+        if workers is None or (isinstance(workers, ast.Constant) and workers.value == 0):
+            ctx.emit("PT005", call, "DataLoader without worker processes: batches are prepared between "
+                                    "steps while the GPUs wait")
+
+
+def check_pt006(ctx) -> None:
+    mod, facts = ctx.mod, ctx.facts
+    if not ctx.torch.wrapped or {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys():
+        return
+    if mod.is_imported("accelerate") or not any("accum" in n.lower() for n in mod.name_ids | mod.attrs.keys()):
+        return
+    for loop in mod.loops:
+        body = list(iter_body_nodes(loop.body))
+        steps = [n for n in body if isinstance(n, ast.Call) and "optstep" in facts.call_features(n)
+                 and facts.under_if(n, loop)]
+        backs = [n for n in body if isinstance(n, ast.Call) and "backward" in facts.call_features(n)
+                 and not facts.under_if(n, loop)]
+        if steps and backs:
+            ctx.emit("PT006", backs[0], "accumulating gradients under DDP without model.no_sync(): "
+                                        "every micro-step all-reduces")
+            return
+
+
+def _rankish(node: ast.AST) -> bool:
+    for n in ast.walk(node):
+        name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
+        if name and _RANKISH.search(name.lower()):
+            return True
+    return False
+
+
+def _exits(stmts: list[ast.stmt]) -> bool:
+    return bool(stmts) and isinstance(stmts[-1], (ast.Return, ast.Continue, ast.Break, ast.Raise))
+
+
+def _guarded(ctx, node: ast.AST, depth: int = 0) -> bool:
+    mod = ctx.mod
+    child = node
+    for anc in mod.ancestors(node):
+        if isinstance(anc, ast.If) and _rankish(anc.test):
+            return True
+        for field in ("body", "orelse", "finalbody") if not isinstance(anc, ast.Module) else ():
+            block = getattr(anc, field, None)
+            if isinstance(block, list) and child in block:
+                for prev in block[:block.index(child)]:
+                    if isinstance(prev, ast.If) and _rankish(prev.test) and _exits(prev.body):
+                        return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if _RANKISH.search(anc.name.lower()) or any(_rankish(d) for d in anc.decorator_list):
+                return True
+            sites = mod.callers(anc)
+            if depth >= 3:
+                return False
+            return all(_guarded(ctx, s, depth + 1) for s in sites)  # no call site here: cannot tell
+        child = anc
+    return False
+
+
+def check_pt007(ctx) -> None:
+    if not ctx.torch.started:
+        return
+    for call, qn in ctx.mod.calls:
+        if qn != "torch.save" or (len(call.args) > 1 and _rankish(call.args[1])):
+            continue  # a per-rank file (``f"shard_{rank}.pt"``) is meant to be written by every rank
+        if not _guarded(ctx, call):
+            ctx.emit("PT007", call, "torch.save runs on every rank: guard it with `if dist.get_rank() == 0:`")
+
+
+def check_pt008(ctx) -> None:
+    mod = ctx.mod
+    names = mod.attrs.keys() | mod.name_ids
+    if not ctx.torch.wrapped or {"SyncBatchNorm", "convert_sync_batchnorm"} & names:
+        return
+    for call, qn in mod.calls:
+        if qn in ("torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"):
+            ctx.emit("PT008", call, "BatchNorm in a DDP model without SyncBatchNorm: statistics come from "
+                                    "each GPU's own batch")
+            return
+
+
+def check_pt009(ctx) -> None:
+    mod, facts = ctx.mod, ctx.facts
+    if ctx.torch.wrapped or "backward" not in facts.file_features:
+        return
+    if any(mod.is_imported(e) for e in _OTHER_ENGINES) or {"rpc", "pipelining"} & mod.attrs.keys():
+        return
+    if any(q.startswith(("torch.distributed.rpc", "torch.distributed.pipelining")) for q in mod.aliases.values()):
+        return
+    names = mod.attrs.keys() | mod.name_ids
+    if set(_SYNC_CALLS) & names or {"DistributedDataParallel", "FullyShardedDataParallel"} & names:
+        return
+    for call, qn in mod.calls:
+        if qn == "torch.distributed.init_process_group":
+            ctx.emit("PT009", call, "process group started but the model is not wrapped in "
+                                    "DistributedDataParallel/FSDP: each rank trains its own copy")
+            return
+
+
+def check_pt011(ctx) -> None:
+    for call, qn in ctx.mod.calls:
+        if qn != "torch.load" or has_star_kwargs(call):
+            continue
+        wo = kwarg(call, "weights_only")
+        if wo is None or (isinstance(wo, ast.Constant) and wo.value is False):
+            ctx.emit("PT011", call, "torch.load without weights_only=True unpickles arbitrary code")

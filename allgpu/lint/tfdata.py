@@ -1,0 +1,80 @@
+"""Is an expression a ``tf.data`` pipeline, a distributed dataset, or something else?"""
+
+from __future__ import annotations
+
+import ast
+
+from allgpu.lint.facts import DISTRIBUTE_ATTRS
+from allgpu.lint.resolve import Module, iter_body_nodes
+
+_TFDATA_METHODS = frozenset({
+    "batch", "map", "shuffle", "prefetch", "repeat", "take", "skip", "cache", "filter", "padded_batch",
+    "unbatch", "interleave", "flat_map", "apply", "with_options", "shard", "rebatch", "zip", "concatenate",
+    "ragged_batch", "bucket_by_sequence_length", "enumerate", "window", "snapshot",
+})
+_TFDATA_ROOTS = ("tensorflow.data.", "tensorflow_datasets.load", "keras.utils.image_dataset_from_directory",
+                 "keras.preprocessing.image_dataset_from_directory", "keras.utils.text_dataset_from_directory",
+                 "keras.utils.timeseries_dataset_from_array")
+_UNWRAP = ("enumerate", "iter", "tqdm", "islice", "tqdm.tqdm", "itertools.islice", "tqdm.auto.tqdm")
+
+
+def is_tfdata_root(qn: str | None) -> bool:
+    """A call that creates a dataset (``tf.data.Dataset.from_tensor_slices``, ``tfds.load``...), not
+    ``tf.data.Options()``."""
+    if not qn or not qn.startswith(_TFDATA_ROOTS):
+        return False
+    return not qn.startswith("tensorflow.data.") or "Dataset" in qn or ".experimental.make_" in qn
+
+
+def unwrap_iter(mod: Module, expr: ast.expr) -> ast.expr:
+    """``enumerate(ds)``, ``tqdm(ds)``, ``iter(ds)`` -> ``ds``."""
+    while isinstance(expr, ast.Call) and expr.args:
+        name = mod.qualname(expr.func) or (expr.func.id if isinstance(expr.func, ast.Name) else "")
+        if name not in _UNWRAP and not (isinstance(expr.func, ast.Name) and expr.func.id in _UNWRAP):
+            break
+        expr = expr.args[0]
+    return expr
+
+
+def classify(mod: Module, expr: ast.AST | None, depth: int = 0) -> str | None:
+    """``"distributed"``, ``"tfdata"`` (a pipeline not distributed) or None (cannot tell)."""
+    if expr is None or depth > 12:
+        return None
+    cache = mod.__dict__.setdefault("_tfdata_cache", {})
+    key = id(expr)
+    if key in cache:
+        return cache[key]
+    cache[key] = None  # in progress: a cycle (``ds = ds.map(...)``) adds nothing
+    cache[key] = _classify(mod, expr, depth)
+    return cache[key]
+
+
+def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
+    if isinstance(expr, ast.Call):
+        f = expr.func
+        if isinstance(f, ast.Attribute) and f.attr in DISTRIBUTE_ATTRS:
+            return "distributed"
+        if is_tfdata_root(mod.qualname(f)):
+            return "tfdata"
+        if isinstance(f, ast.Attribute) and f.attr in _TFDATA_METHODS:
+            return classify(mod, f.value, depth + 1)
+        results = set()
+        for fn in mod.local_functions(f):
+            for node in iter_body_nodes(fn.body):
+                if isinstance(node, ast.Return) and node.value is not None:
+                    results.add(classify(mod, node.value, depth + 1))
+        return _merge(results)
+    if isinstance(expr, (ast.Name, ast.Attribute)):
+        values = mod.values_of(expr)
+        if not values:
+            return None
+        return _merge({classify(mod, v, depth + 1) for v in values[:8] if v is not expr})
+    return None
+
+
+def _merge(results: set) -> str | None:
+    if "distributed" in results:
+        return "distributed"
+    if "tfdata" in results:
+        return "tfdata"
+    return None

@@ -1,0 +1,261 @@
+"""TensorFlow/Keras rules: each must fire on its pitfall and stay quiet on the near-misses of issue 3."""
+
+import pytest
+from lint_helpers import ids
+
+HEAD = "import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\nB = 64 * strategy.num_replicas_in_sync\n"
+
+
+# ---- TF001 created outside scope ----------------------------------------------------------------------
+def test_tf001_model_outside_scope():
+    assert "TF001" in ids(HEAD + "model = tf.keras.Sequential([tf.keras.layers.Dense(1)])\n"
+                                 "model.compile('adam', 'mse')\nmodel.fit(x, y, batch_size=B)\n")
+
+
+def test_tf001_resolves_from_import_alias():
+    src = ("from tensorflow import keras\nimport tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\n"
+           "m = keras.models.Sequential()\nm.fit(x, y)\n")
+    assert "TF001" in ids(src)
+
+
+def test_tf001_optimizer_outside_scope_custom_loop():
+    src = HEAD + """
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+opt = tf.keras.optimizers.Adam()
+def step(x):
+    with tf.GradientTape() as t:
+        loss = tf.reduce_sum(model(x))
+    opt.apply_gradients(zip(t.gradient(loss, model.trainable_variables), model.trainable_variables))
+"""
+    assert "TF001" in ids(src)
+
+
+def test_tf001_quiet_helper_called_in_scope():
+    src = HEAD + """
+def build():
+    return tf.keras.Sequential([tf.keras.layers.Dense(1)])
+with strategy.scope():
+    model = build()
+model.fit(x, y, batch_size=B)
+"""
+    assert "TF001" not in ids(src)
+
+
+def test_tf001_quiet_class_init_builds_in_scope():
+    src = HEAD + """
+class Trainer:
+    def __init__(self):
+        with strategy.scope():
+            self.model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+    def train(self):
+        self.model.fit(x, y, batch_size=B)
+t = Trainer()
+t.train()
+"""
+    assert "TF001" not in ids(src)
+
+
+def test_tf001_quiet_scope_held_in_variable():
+    src = HEAD + "strategy_scope = strategy.scope()\nwith strategy_scope:\n    model = tf.keras.Sequential()\nmodel.fit(x, y)\n"
+    assert "TF001" not in ids(src)
+
+
+def test_tf001_quiet_model_never_trained():
+    src = HEAD + "export = tf.keras.Sequential([tf.keras.layers.Dense(1)])\nexport.save('out')\n"
+    assert "TF001" not in ids(src)
+
+
+def test_tf001_quiet_without_strategy():
+    assert "TF001" not in ids("import tensorflow as tf\nm = tf.keras.Sequential()\nm.fit(x, y)\n")
+
+
+# ---- TF002 device pin ----------------------------------------------------------------------------------
+def test_tf002_training_under_single_gpu():
+    src = HEAD + "with tf.device('/gpu:0'):\n    model.fit(x, y, batch_size=B)\n"
+    assert "TF002" in ids(src)
+
+
+def test_tf002_quiet_tf1_towers():
+    src = """
+import tensorflow.compat.v1 as tf
+num_gpus = 2
+with tf.device('/cpu:0'):
+    opt = tf.train.AdamOptimizer()
+    grads = []
+    for i in range(num_gpus):
+        with tf.device('/gpu:%d' % i):
+            grads.append(opt.compute_gradients(loss_fn(i)))
+    train_op = opt.apply_gradients(average(grads))
+"""
+    assert "TF002" not in ids(src)
+
+
+def test_tf002_quiet_tensor_pinned():
+    src = HEAD + "with tf.device('/gpu:0'):\n    table = tf.constant([1.0, 2.0])\n"
+    assert "TF002" not in ids(src)
+
+
+# ---- TF003 visible devices -----------------------------------------------------------------------------
+@pytest.mark.parametrize("stmt", [
+    "os.environ['CUDA_VISIBLE_DEVICES'] = '0'",
+    "os.environ.setdefault('CUDA_VISIBLE_DEVICES', '2')",
+    "os.environ.update(CUDA_VISIBLE_DEVICES='1')",
+    "tf.config.set_visible_devices(gpus[0], 'GPU')",
+    "tf.config.experimental.set_visible_devices([gpus[1]], 'GPU')",
+    "tf.config.set_visible_devices(gpus[:1], 'GPU')",
+])
+def test_tf003_narrowed(stmt):
+    assert "TF003" in ids(f"import os\nimport tensorflow as tf\ngpus = tf.config.list_physical_devices('GPU')\n{stmt}\n")
+
+
+@pytest.mark.parametrize("stmt", [
+    "os.environ['CUDA_VISIBLE_DEVICES'] = '-1'",
+    "os.environ['CUDA_VISIBLE_DEVICES'] = '0,1'",
+    "# os.environ['CUDA_VISIBLE_DEVICES'] = '0'",
+    "os.environ['CUDA_VISIBLE_DEVICES'] = str(args.gpu)",
+    "tf.config.set_visible_devices(gpus[hvd.local_rank()], 'GPU')",
+    "tf.config.set_visible_devices([], 'GPU')",
+    "tf.config.set_visible_devices(gpus[0], 'CPU')",
+])
+def test_tf003_quiet(stmt):
+    assert "TF003" not in ids(f"import os\nimport tensorflow as tf\ngpus = tf.config.list_physical_devices('GPU')\n{stmt}\n")
+
+
+# ---- TF004 dataset not distributed, TF005 direct step, TF006 loss, TF011 tf.function -------------------
+LOOP = HEAD + """
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+    opt = tf.keras.optimizers.SGD()
+    loss_obj = tf.keras.losses.MeanSquaredError({reduction})
+ds = tf.data.Dataset.from_tensor_slices(data).batch(B).prefetch(2)
+{dist}
+def step(x):
+    with tf.GradientTape() as tape:
+        loss = {loss}
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+{deco}
+def dstep(x):
+    return strategy.run(step, args=(x,))
+for x in {it}:
+    {call}
+"""
+GOOD = dict(reduction="reduction=tf.keras.losses.Reduction.NONE",
+            dist="dist_ds = strategy.experimental_distribute_dataset(ds)",
+            loss="tf.nn.compute_average_loss(loss_obj(x, model(x)), global_batch_size=B)",
+            deco="@tf.function", it="dist_ds", call="dstep(x)")
+
+
+def loop_ids(**changes):
+    return ids(LOOP.format(**{**GOOD, **changes}))
+
+
+def test_custom_loop_done_right_is_clean():
+    assert loop_ids() == set()
+
+
+def test_tf004_undistributed_dataset():
+    assert "TF004" in loop_ids(it="ds")
+
+
+def test_tf004_quiet_distribute_datasets_from_function():
+    assert "TF004" not in loop_ids(dist="dist_ds = strategy.distribute_datasets_from_function(lambda ctx: ds)")
+
+
+def test_tf005_step_called_directly():
+    assert "TF005" in loop_ids(call="step(x)")
+
+
+def test_tf006_default_reduction():
+    assert "TF006" in loop_ids(reduction="")
+
+
+def test_tf011_not_tf_function():
+    assert "TF011" in loop_ids(deco="")
+
+
+def test_keras_fit_needs_no_custom_loop_machinery():
+    src = HEAD + """
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+    model.compile(optimizer='adam', loss=tf.keras.losses.MeanSquaredError())
+ds = tf.data.Dataset.from_tensor_slices(data).map(f, num_parallel_calls=tf.data.AUTOTUNE).batch(B).prefetch(2)
+model.fit(ds, epochs=3)
+"""
+    assert ids(src) == set()
+
+
+# ---- TF007 batch, TF008 prefetch, TF009 map ------------------------------------------------------------
+def test_tf007_fixed_batch():
+    src = "import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\nBATCH = 64\n" \
+          "ds = tf.data.Dataset.range(10).batch(BATCH).prefetch(1)\nmodel.fit(ds)\n"
+    assert "TF007" in ids(src)
+
+
+def test_tf007_quiet_when_scaled():
+    assert "TF007" not in ids(HEAD + "ds = tf.data.Dataset.range(10).batch(B).prefetch(1)\nmodel.fit(ds)\n")
+
+
+def test_tf008_tf009_pipeline():
+    found = ids("import tensorflow as tf\nds = tf.data.TFRecordDataset(f).map(parse).batch(32)\nmodel.fit(ds)\n")
+    assert {"TF008", "TF009"} <= found
+
+
+def test_tf009_quiet_on_non_tfdata_map():
+    assert "TF009" not in ids("import pandas as pd\ndf = pd.read_csv('x')\ndf['a'] = df['a'].map(str)\n")
+
+
+# ---- TF010 accumulation, TF012 multi-worker ------------------------------------------------------------
+def test_tf010_applies_every_micro_step():
+    src = """
+import tensorflow as tf
+for batch in ds:
+    for i in range(accum_steps):
+        with tf.GradientTape() as tape:
+            loss = model(batch)
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+"""
+    assert "TF010" in ids(src)
+
+
+def test_tf010_quiet_when_guarded():
+    src = """
+import tensorflow as tf
+for i, batch in enumerate(ds):
+    with tf.GradientTape() as tape:
+        loss = model(batch)
+    accum = [a + g for a, g in zip(accum, tape.gradient(loss, model.trainable_variables))]
+    if (i + 1) % accum_steps == 0:
+        opt.apply_gradients(zip(accum, model.trainable_variables))
+"""
+    assert "TF010" not in ids(src)
+
+
+def test_tf012_mwms_without_cluster():
+    assert "TF012" in ids("import tensorflow as tf\ns = tf.distribute.MultiWorkerMirroredStrategy()\n")
+
+
+@pytest.mark.parametrize("extra", [
+    "os.environ['TF_CONFIG'] = cfg",
+    "r = tf.distribute.cluster_resolver.SlurmClusterResolver()",
+])
+def test_tf012_quiet_with_cluster(extra):
+    assert "TF012" not in ids(f"import os\nimport tensorflow as tf\n{extra}\ns = tf.distribute.MultiWorkerMirroredStrategy()\n")
+
+
+def test_tf001_follows_function_passed_to_absl_app_run():
+    src = """
+import tensorflow as tf
+from absl import app
+def main(argv):
+    strategy = tf.distribute.MirroredStrategy()
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+    model.fit(x, y)
+app.run(main)
+"""
+    assert "TF001" in ids(src)
+
+
+def test_tf008_quiet_on_tf_data_options_only():
+    src = "import tensorflow as tf\nopts = tf.data.Options()\nmodel.fit(x, y)\n"
+    assert "TF008" not in ids(src)

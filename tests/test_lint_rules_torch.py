@@ -1,0 +1,174 @@
+"""PyTorch and allgpu rules: each must fire on its pitfall and stay quiet on the near-misses of issue 3."""
+
+import pytest
+from lint_helpers import ids
+
+DDP_HEAD = """
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+dist.init_process_group("nccl")
+model = DDP(Net().cuda(), device_ids=[local_rank])
+"""
+TRAIN = """
+for epoch in range(epochs):
+    sampler.set_epoch(epoch)
+    for x, y in loader:
+        loss = model(x.cuda()).sum()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_pt001_dataparallel_and_quiet_isinstance():
+    assert "PT001" in ids("import torch.nn as nn\nmodel = nn.DataParallel(model)\n")
+    assert "PT001" in ids("from torch.nn import DataParallel\nmodel = DataParallel(model)\n")
+    assert "PT001" not in ids("import torch.nn as nn\nif isinstance(model, nn.DataParallel):\n    model = model.module\n")
+
+
+@pytest.mark.parametrize("line", ["model.to('cuda:0')", "x = x.cuda(0)", "device = torch.device('cuda:0')",
+                                  "device = torch.device('cuda', 0)"])
+def test_pt002_hard_coded(line):
+    assert "PT002" in ids(DDP_HEAD + line + "\n")
+
+
+def test_pt002_bare_cuda_without_set_device():
+    src = "import torch\nimport torch.distributed as dist\ndist.init_process_group('nccl')\nmodel = Net().cuda()\n"
+    assert "PT002" in ids(src)
+
+
+def test_pt002_quiet_bare_cuda_after_set_device():
+    assert "PT002" not in ids(DDP_HEAD + "x = x.cuda()\ny = y.to('cuda')\n")
+
+
+def test_pt002_quiet_default_replaced_by_local_rank():
+    src = DDP_HEAD + "device = 'cuda:0'\nif distributed:\n    device = f'cuda:{local_rank}'\nmodel.to(device)\n"
+    assert "PT002" not in ids(src)
+
+
+def test_pt002_quiet_argparse_default_and_single_gpu_script():
+    assert "PT002" not in ids(DDP_HEAD + "p.add_argument('--device', default='cuda:0')\nmodel.to(args.device)\n")
+    assert "PT002" not in ids("import torch\nmodel.to('cuda:0')\n")
+
+
+def test_pt003_loader_without_sampler():
+    src = DDP_HEAD + "loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=4)\n"
+    assert "PT003" in ids(src)
+
+
+def test_pt003_quiet_with_distributed_sampler_and_for_eval_loader():
+    src = DDP_HEAD + "sampler = DistributedSampler(ds)\nloader = DataLoader(ds, sampler=sampler, num_workers=4)\n" \
+          "val = DataLoader(vds, batch_size=8, num_workers=4)\n" + TRAIN
+    assert "PT003" not in ids(src)
+
+
+def test_pt004_no_set_epoch():
+    src = DDP_HEAD + "sampler = DistributedSampler(ds)\nloader = DataLoader(ds, sampler=sampler, num_workers=4)\n" \
+          + TRAIN.replace("    sampler.set_epoch(epoch)\n", "")
+    assert "PT004" in ids(src)
+
+
+def test_pt004_quiet_shuffle_false_or_single_pass():
+    no_shuffle = DDP_HEAD + "sampler = DistributedSampler(ds, shuffle=False)\n" + TRAIN.replace("    sampler.set_epoch(epoch)\n", "")
+    single = DDP_HEAD + "sampler = DistributedSampler(ds)\nfor x in DataLoader(ds, sampler=sampler, num_workers=2):\n    pass\n"
+    assert "PT004" not in ids(no_shuffle)
+    assert "PT004" not in ids(single)
+
+
+def test_pt005_no_workers():
+    assert "PT005" in ids("from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=4)\n"
+                          "for x in loader:\n    loss.backward()\n")
+    assert "PT005" not in ids("from torch.utils.data import DataLoader\nloader = DataLoader(ds, num_workers=4)\n"
+                              "for x in loader:\n    loss.backward()\n")
+
+
+ACCUM = DDP_HEAD + """
+for i, x in enumerate(loader):
+    {sync}
+    loss = model(x).sum() / accum_steps
+    loss.backward()
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+"""
+
+
+def test_pt006_accumulation_without_no_sync():
+    assert "PT006" in ids(ACCUM.format(sync="pass"))
+
+
+def test_pt006_quiet_require_backward_grad_sync():
+    assert "PT006" not in ids(ACCUM.format(sync="model.require_backward_grad_sync = (i + 1) % accum_steps == 0"))
+
+
+def test_pt007_save_every_rank():
+    assert "PT007" in ids(DDP_HEAD + "torch.save(model.state_dict(), 'm.pt')\n")
+
+
+@pytest.mark.parametrize("tail", [
+    "if dist.get_rank() == 0:\n    torch.save(model.state_dict(), 'm.pt')\n",
+    "def save_on_master(*a):\n    if is_main_process():\n        torch.save(*a)\nsave_on_master(model.state_dict(), 'm.pt')\n",
+    "def save(path):\n    torch.save(model.state_dict(), path)\nif args.is_chief:\n    save('m.pt')\n",
+    "def save(path):\n    if rank != 0:\n        return\n    torch.save(model.state_dict(), path)\nsave('m.pt')\n",
+])
+def test_pt007_quiet_when_guarded(tail):
+    assert "PT007" not in ids(DDP_HEAD + tail)
+
+
+def test_pt008_batchnorm_and_quiet_with_sync():
+    assert "PT008" in ids(DDP_HEAD + "bn = torch.nn.BatchNorm2d(16)\n")
+    assert "PT008" not in ids(DDP_HEAD + "bn = torch.nn.BatchNorm2d(16)\nm = torch.nn.SyncBatchNorm.convert_sync_batchnorm(m)\n")
+
+
+def test_pt009_not_wrapped_and_quiet_when_synced():
+    base = "import torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\nloss.backward()\n"
+    assert "PT009" in ids(base)
+    assert "PT009" not in ids(base + "for p in model.parameters():\n    dist.all_reduce(p.grad)\n")
+
+
+@pytest.mark.parametrize("value,flag", [("'0'", True), ("'3'", True), ("'-1'", False), ("'0,1,2,3'", False),
+                                        ("str(rank)", False)])
+def test_pt010_cuda_visible_devices(value, flag):
+    assert ("PT010" in ids(f"import os\nimport torch\nos.environ['CUDA_VISIBLE_DEVICES'] = {value}\n")) is flag
+
+
+def test_pt011_torch_load():
+    assert "PT011" in ids("import torch\nsd = torch.load('m.pt')\n")
+    assert "PT011" in ids("import torch\nsd = torch.load('m.pt', weights_only=False)\n")
+    assert "PT011" not in ids("import torch\nsd = torch.load('m.pt', weights_only=True)\n")
+
+
+# ---- AG001 ----------------------------------------------------------------------------------------------
+AG = """
+import torch
+import allgpu
+strategy = allgpu.MirroredStrategy()
+{body}
+allgpu.fit(model, opt, torch.nn.MSELoss(), data, epochs=1, global_batch_size=8, strategy=strategy)
+"""
+
+
+def test_ag001_model_outside_scope():
+    body = "model = torch.nn.Linear(4, 1)\nwith strategy.scope():\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)"
+    assert "AG001" in ids(AG.format(body=body))
+
+
+@pytest.mark.parametrize("body", [
+    "with strategy.scope():\n    model = torch.nn.Linear(4, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)",
+    "def make():\n    return torch.nn.Linear(4, 1)\nscope = strategy.scope()\nwith scope:\n    model = make()",
+    "ref = torch.nn.Linear(4, 1)\nref.eval()\nwith strategy.scope():\n    model = torch.nn.Linear(4, 1)",
+])
+def test_ag001_quiet(body):
+    assert "AG001" not in ids(AG.format(body=body))
+
+
+def test_pt007_quiet_for_per_rank_file():
+    assert "PT007" not in ids(DDP_HEAD + "torch.save(shard, f'shard_{dist.get_rank()}.pt')\n")
+
+
+def test_pt002_quiet_in_library_that_only_imports_dist():
+    src = "import torch\nimport torch.distributed as dist\ndef helper(x):\n    return x.to(torch.device('cuda'))\n"
+    assert "PT002" not in ids(src)
