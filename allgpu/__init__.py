@@ -6,22 +6,40 @@ Glossary (``tf.distribute``'s, with PyTorch's names beside it):
 - *num_replicas_in_sync*: replicas in the job, PyTorch's *world size*.
 - *global batch*: examples per step across all replicas; each replica gets ``global_batch_size / N``.
 - *mirrored*: a parameter kept identical on every replica, its gradient averaged by all-reduce.
+
+Names are imported on first use, so ``allgpu lint`` and ``allgpu doctor`` start without importing torch.
 """
 
-from allgpu.data import InputContext
-from allgpu.devices import Device, parse_device, visible_devices
-from allgpu.launch import launch
-from allgpu.strategies import MirroredStrategy, OneDeviceStrategy, Strategy
+from importlib import import_module
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Device",
-    "InputContext",
-    "MirroredStrategy",
-    "OneDeviceStrategy",
-    "Strategy",
-    "launch",
-    "parse_device",
-    "visible_devices",
-]
+_EXPORTS = {
+    "Device": "allgpu.devices",
+    "parse_device": "allgpu.devices",
+    "visible_devices": "allgpu.devices",
+    "InputContext": "allgpu.data",
+    "launch": "allgpu.launch",
+    "Strategy": "allgpu.strategies",
+    "OneDeviceStrategy": "allgpu.strategies",
+    "MirroredStrategy": "allgpu.strategies",
+    "MultiWorkerMirroredStrategy": "allgpu.strategies",
+    "fit": "allgpu.train",
+    "evaluate": "allgpu.train",
+    "History": "allgpu.train",
+    "Callback": "allgpu.progress",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'allgpu' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_EXPORTS))

@@ -1,7 +1,7 @@
 """TensorFlow/Keras rules: each must fire on its pitfall and stay quiet on the near-misses of issue 3."""
 
 import pytest
-from lint_helpers import ids
+from tests.lint_helpers import ids
 
 HEAD = "import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\nB = 64 * strategy.num_replicas_in_sync\n"
 

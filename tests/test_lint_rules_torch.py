@@ -1,7 +1,7 @@
 """PyTorch and allgpu rules: each must fire on its pitfall and stay quiet on the near-misses of issue 3."""
 
 import pytest
-from lint_helpers import ids
+from tests.lint_helpers import ids
 
 DDP_HEAD = """
 import os
