@@ -140,7 +140,7 @@ def _role_error(role: str, where: str) -> ClusterConfigError:
         )
     else:
         why = f'expected one of {list(_TRAINING_ROLES)}. Fix: rename the role ("master" is TF1\'s name for "chief").'
-    return ClusterConfigError(f"TF_CONFIG {where} is {role!r}: {why}")
+    return ClusterConfigError(f"TF_CONFIG {where}: {why}")
 
 
 def _list_of_addresses(cluster: Mapping[str, Any], role: str) -> list[str]:
@@ -182,7 +182,7 @@ def parse_tf_config(text: str) -> TFConfig:
 
     for role in cluster:
         if role not in _TRAINING_ROLES:
-            raise _role_error(role, f"cluster key {role!r}")
+            raise _role_error(role, f"cluster has the role {role!r}")
     if "worker" not in cluster and "chief" not in cluster:
         raise ClusterConfigError(f"TF_CONFIG cluster is {cluster!r}: it lists no \"worker\". Example: {_EXAMPLE}")
     chief = _list_of_addresses(cluster, "chief") if "chief" in cluster else []
@@ -205,7 +205,7 @@ def parse_tf_config(text: str) -> TFConfig:
     if task_type is None:
         raise ClusterConfigError(f'TF_CONFIG task is {task!r}: it has no "type". Fix: add "type": "worker".')
     if task_type not in _TRAINING_ROLES:
-        raise _role_error(str(task_type), "task.type")
+        raise _role_error(str(task_type), f"task.type is {task_type!r}")
     if task_type not in cluster:
         raise ClusterConfigError(
             f"TF_CONFIG task.type is {task_type!r} but cluster has no {task_type!r} list (roles: "
