@@ -12,7 +12,9 @@ multi-node membership are PyTorch's own. What allgpu adds:
   endpoint is given, so nothing listens on the network by accident.
 - ``node_rank`` (or ``tf_config``) selects PyTorch's *static* rendezvous: fixed membership, the node with
   rank 0 hosts the store at the endpoint, ranks follow the node order (what a ``TF_CONFIG`` describes).
-  Without it the *c10d* rendezvous assigns node ranks in order of arrival and allows ``MIN:MAX`` nodes.
+  Without it the *c10d* rendezvous assigns node ranks itself and allows ``MIN:MAX`` nodes.
+- Restarts work with both: each attempt gets a fresh store (works around pytorch/pytorch#135712, where a
+  restarted group read the previous attempt's keys and hung).
 - A failed run returns the failing replica's exit code and prints which replica failed with its
   traceback (each replica runs under :func:`torch.distributed.elastic.multiprocessing.errors.record`).
 """
@@ -224,19 +226,11 @@ def plan(
             )
         if isinstance(node_rank, bool) or not isinstance(node_rank, int) or not 0 <= node_rank < max_nodes:
             raise ClusterConfigError(f"--node-rank {node_rank!r}: expected an integer 0 <= R < {max_nodes} (--nnodes).")
-        if max_restarts:
-            # The static rendezvous hands its one TCPStore to every attempt without a per-attempt prefix,
-            # so a restarted group reads stale keys and hangs (pytorch/pytorch#135712, torch 2.13).
-            raise ClusterConfigError(
-                f"--max-restarts {max_restarts} with fixed node ranks (--node-rank / --tf-config) is not "
-                "supported: PyTorch's static rendezvous hangs on restart. Fix: drop --node-rank/--tf-config and "
-                "pass --nnodes N --rdzv-endpoint HOST:PORT --rdzv-id ID (c10d rendezvous, which restarts), "
-                "or use --max-restarts 0."
-            )
         if rdzv_endpoint is None:
             raise ClusterConfigError(
                 "--node-rank needs --rdzv-endpoint HOST:PORT, the address of node 0 where the store listens."
             )
+        worker_env["ALLGPU_FRESH_STORE"] = "1"  # see allgpu._replica.use_fresh_store: restarts need it
     else:
         backend = "c10d"
 

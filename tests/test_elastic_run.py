@@ -102,11 +102,12 @@ def test_two_launchers_are_two_nodes(tmp_path):
 
 
 @pytest.mark.timeout(90)
-def test_tf_config_nodes_follow_task_order(tmp_path):
-    script = write(tmp_path, "train.py", ALLREDUCE)
+def test_tf_config_nodes_follow_task_order_and_restart(tmp_path):
+    # static rendezvous (fixed node ranks): replica 1 on the chief is SIGKILLed once; both nodes restart
+    script = write(tmp_path, "train.py", KILL_ONCE)
     cluster = {"chief": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
     procs = {
-        role: start("--tf-config", "--cpu-replicas", "2", str(script), str(tmp_path),
+        role: start("--tf-config", "--cpu-replicas", "2", "--max-restarts", "1", str(script), str(tmp_path),
                     env={"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": role, "index": 0}})})
         for role in ("worker", "chief")  # the worker starts first, yet the chief is node 0
     }
@@ -115,6 +116,7 @@ def test_tf_config_nodes_follow_task_order(tmp_path):
     recs = records(tmp_path)
     assert [r["rank"] for r in recs] == [0, 1, 2, 3]
     assert all(r["world"] == 4 and r["sum"] == 10.0 and r["source"] == "TF_CONFIG" for r in recs)
+    assert all(r["restart"] == 1 for r in recs)
 
 
 @pytest.mark.timeout(60)
@@ -200,12 +202,11 @@ def test_plan_defaults_and_errors(tmp_path, monkeypatch):
         plan(script, nnodes="2", cpu_replicas=1, rdzv_endpoint="host-without-port")
     with pytest.raises(ClusterConfigError, match="fixed node count"):
         plan(script, nnodes="1:2", node_rank=0, rdzv_endpoint="h:1", cpu_replicas=1)
-    with pytest.raises(ClusterConfigError, match="static rendezvous hangs on restart"):
-        plan(script, nnodes="2", node_rank=1, rdzv_endpoint="h:1", cpu_replicas=1, max_restarts=1)
     with pytest.raises(FileNotFoundError, match="nope.py"):
         plan(str(tmp_path / "nope.py"), cpu_replicas=1)
     static = plan(script, nnodes="2", node_rank=1, rdzv_endpoint="h:29400", cpu_replicas=1)
     assert static.rdzv_backend == "static" and static.launch_config().rdzv_configs["rank"] == 1
+    assert static.worker_env["ALLGPU_FRESH_STORE"] == "1"
     env = {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:5", "b:5"]}, "task": {"type": "worker", "index": 1}})}
     t = plan(script, tf_config=True, cpu_replicas=1, env=env)
     assert (t.max_nodes, t.node_rank, t.rdzv_endpoint, t.rdzv_backend) == (2, 1, "a:5", "static")
