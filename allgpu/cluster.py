@@ -1,4 +1,4 @@
-"""Who is in the job: the torchrun (elastic launcher) environment and, later, ``TF_CONFIG``.
+"""Who is in the job: the torchrun (elastic launcher) environment, or a ``TF_CONFIG`` cluster description.
 
 Glossary (as in ``torch.distributed``): *rank* is a replica's global index, *world size* the number of
 replicas in the job, *local rank* a replica's index on its own machine (node).
@@ -84,3 +84,27 @@ def from_torchrun_env(env: Mapping[str, str] | None = None) -> ClusterSpec | Non
         master_port=_int(env, "MASTER_PORT", "torchrun"),
         source=env.get("ALLGPU_CLUSTER_SOURCE", "torchrun"),
     )
+
+
+def from_env(
+    env: Mapping[str, str] | None = None, *, local_world_size: int = 1, local_rank: int = 0
+) -> ClusterSpec | None:
+    """This replica's place in the job, from the launcher if one started it, else from ``TF_CONFIG``.
+
+    The torchrun environment wins: ``allgpu run --tf-config`` turns ``TF_CONFIG`` into it, and a replica
+    started by any launcher is already placed. A bare ``TF_CONFIG`` (one process per machine started by
+    hand or by a TensorFlow-style job) uses ``local_world_size`` / ``local_rank`` for the replicas on this
+    machine; see :meth:`allgpu.tf_config.TFConfig.to_cluster_spec` for the rank rule.
+    Returns None when neither is set (a single-machine, launch-free start).
+
+    Raises:
+        ClusterConfigError: either description is malformed or inconsistent.
+    """
+    env = os.environ if env is None else env
+    spec = from_torchrun_env(env)
+    if spec is not None:
+        return spec
+    from allgpu.tf_config import from_tf_config_env  # tf_config imports ClusterSpec from here
+
+    tf = from_tf_config_env(env)
+    return None if tf is None else tf.to_cluster_spec(local_world_size, local_rank)

@@ -1,0 +1,77 @@
+"""``allgpu run``: start a training script's replicas on PyTorch's elastic launcher (see ``allgpu.elastic``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from allgpu.errors import AllGpuError
+
+_EPILOG = """\
+examples:
+  allgpu run train.py --epochs 3                      one replica per visible GPU
+  allgpu run --cpu-replicas 2 train.py                two CPU replicas (Gloo), no GPU needed
+  allgpu run --nnodes 2 --rdzv-endpoint host0:29400 --rdzv-id job1 train.py     on each of two machines
+  TF_CONFIG='{...}' allgpu run --tf-config train.py   nodes, node rank and endpoint from TF_CONFIG
+
+With no GPU, --nproc-per-node auto is an error (not a silent CPU run): pass --cpu-replicas K.
+A single-node run binds the rendezvous to 127.0.0.1 on a free port unless --rdzv-endpoint is given.
+"""
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "run",
+        help="run a script's replicas on the elastic launcher (torchrun with allgpu defaults)",
+        description="Run SCRIPT once per replica with torchrun's environment, restart on failure, "
+        "and report which replica failed with its traceback.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--nnodes", default="1", metavar="N|MIN:MAX", help="number of machines (default 1)")
+    p.add_argument(
+        "--nproc-per-node", default="auto", metavar="auto|K",
+        help="replicas per machine; auto = one per visible GPU (default auto)",
+    )
+    p.add_argument("--cpu-replicas", type=int, metavar="K", help="run K replicas per machine on the CPU (Gloo)")
+    p.add_argument(
+        "--rdzv-endpoint", metavar="HOST:PORT",
+        help="rendezvous address every machine can reach (default 127.0.0.1 on a free port, one machine only)",
+    )
+    p.add_argument("--rdzv-id", metavar="ID", help="job id, the same on every machine of one job")
+    p.add_argument(
+        "--node-rank", type=int, metavar="R",
+        help="this machine's fixed rank (static rendezvous; node 0 hosts the store at --rdzv-endpoint)",
+    )
+    p.add_argument("--max-restarts", type=int, default=0, metavar="R", help="restart the job up to R times (default 0)")
+    p.add_argument(
+        "--monitor-interval", type=float, default=0.1, metavar="S", help="seconds between replica health checks"
+    )
+    p.add_argument(
+        "--tf-config", action="store_true", help="take --nnodes, --node-rank and --rdzv-endpoint from TF_CONFIG"
+    )
+    p.add_argument("script", help="the Python training script")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from allgpu import elastic
+
+    try:
+        return elastic.run(
+            args.script,
+            args.script_args,
+            nproc_per_node=args.nproc_per_node,
+            nnodes=args.nnodes,
+            rdzv_endpoint=args.rdzv_endpoint,
+            rdzv_id=args.rdzv_id,
+            node_rank=args.node_rank,
+            max_restarts=args.max_restarts,
+            monitor_interval=args.monitor_interval,
+            cpu_replicas=args.cpu_replicas,
+            tf_config=args.tf_config,
+        )
+    except (AllGpuError, FileNotFoundError) as exc:
+        print(f"allgpu run: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,216 @@
+"""`allgpu run` with real processes on loopback: CPU replicas on Gloo, two launchers as two nodes, a
+restart after SIGKILL, a failing replica's exit code and traceback, TF_CONFIG nodes; plus option checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from allgpu.elastic import parse_nnodes, plan, resolve_nproc
+from allgpu.errors import ClusterConfigError, DeviceError
+
+ALLREDUCE = """
+import os, sys, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([float(rank + 1)])
+dist.all_reduce(total)
+record = {"rank": rank, "world": world, "sum": total.item(), "local_rank": int(os.environ["LOCAL_RANK"]),
+          "device": os.environ.get("ALLGPU_DEVICE"), "source": os.environ.get("ALLGPU_CLUSTER_SOURCE"),
+          "restart": int(os.environ["TORCHELASTIC_RESTART_COUNT"]), "master": os.environ["MASTER_ADDR"]}
+with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
+    f.write(__import__("json").dumps(record))
+dist.destroy_process_group()
+"""
+
+KILL_ONCE = """
+import os, signal, sys
+marker = os.path.join(sys.argv[1], "killed")
+if os.environ["RANK"] == "1" and not os.path.exists(marker):
+    open(marker, "w").close()
+    os.kill(os.getpid(), signal.SIGKILL)  # first attempt only: dies before the collective
+""" + ALLREDUCE
+
+FAIL = """
+import torch.distributed as dist
+dist.init_process_group("gloo")
+def load_batch():
+    raise ValueError("corrupt shard 7")
+if dist.get_rank() == 1:
+    load_batch()
+dist.barrier()
+"""
+
+
+def write(tmp_path: Path, name: str, code: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(code))
+    return path
+
+
+def allgpu_run(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "allgpu.cli.main", "run", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def start(*args: str, env: dict | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "allgpu.cli.main", "run", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def records(out: Path) -> list[dict]:
+    return sorted((json.loads(p.read_text()) for p in out.glob("rank*.json")), key=lambda r: r["rank"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(60)
+def test_cpu_replicas_all_reduce(tmp_path):
+    script = write(tmp_path, "train.py", ALLREDUCE)
+    result = allgpu_run("--cpu-replicas", "2", str(script), str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    recs = records(tmp_path)
+    assert [r["rank"] for r in recs] == [0, 1]
+    assert all(r["world"] == 2 and r["sum"] == 3.0 and r["device"] == "cpu" for r in recs)
+    assert all(r["master"] == "127.0.0.1" for r in recs)  # loopback unless an endpoint is given
+
+
+@pytest.mark.timeout(90)
+def test_two_launchers_are_two_nodes(tmp_path):
+    script = write(tmp_path, "train.py", ALLREDUCE)
+    args = ["--nnodes", "2", "--nproc-per-node", "2", "--cpu-replicas", "2",
+            "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "two-nodes", str(script), str(tmp_path)]
+    nodes = [start(*args), start(*args)]
+    outputs = [p.communicate(timeout=80)[0] for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], outputs
+    recs = records(tmp_path)
+    assert [r["rank"] for r in recs] == [0, 1, 2, 3]
+    assert all(r["world"] == 4 and r["sum"] == 1 + 2 + 3 + 4 for r in recs)
+    assert sorted(r["local_rank"] for r in recs) == [0, 0, 1, 1]
+
+
+@pytest.mark.timeout(90)
+def test_tf_config_nodes_follow_task_order_and_restart(tmp_path):
+    # static rendezvous (fixed node ranks): replica 1 on the chief is SIGKILLed once; both nodes restart
+    script = write(tmp_path, "train.py", KILL_ONCE)
+    cluster = {"chief": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    procs = {
+        role: start("--tf-config", "--cpu-replicas", "2", "--max-restarts", "1", str(script), str(tmp_path),
+                    env={"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": role, "index": 0}})})
+        for role in ("worker", "chief")  # the worker starts first, yet the chief is node 0
+    }
+    outputs = {role: p.communicate(timeout=80)[0] for role, p in procs.items()}
+    assert all(p.returncode == 0 for p in procs.values()), outputs
+    recs = records(tmp_path)
+    assert [r["rank"] for r in recs] == [0, 1, 2, 3]
+    assert all(r["world"] == 4 and r["sum"] == 10.0 and r["source"] == "TF_CONFIG" for r in recs)
+    assert all(r["restart"] == 1 for r in recs)
+
+
+@pytest.mark.timeout(60)
+def test_sigkill_restarts_the_job(tmp_path):
+    script = write(tmp_path, "train.py", KILL_ONCE)
+    result = allgpu_run("--cpu-replicas", "2", "--max-restarts", "1", str(script), str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "killed").exists()
+    recs = records(tmp_path)
+    assert [r["rank"] for r in recs] == [0, 1]
+    assert all(r["restart"] == 1 and r["sum"] == 3.0 for r in recs)
+
+
+@pytest.mark.timeout(60)
+def test_sigkill_without_restarts_reports_the_signal(tmp_path):
+    script = write(tmp_path, "train.py", KILL_ONCE)
+    result = allgpu_run("--cpu-replicas", "2", str(script), str(tmp_path))
+    assert result.returncode == 128 + 9
+    assert "replica 1 (local rank 1" in result.stderr and "SIGKILL" in result.stderr
+
+
+@pytest.mark.timeout(60)
+def test_failure_names_replica_and_shows_traceback(tmp_path):
+    script = write(tmp_path, "train.py", FAIL)
+    result = allgpu_run("--cpu-replicas", "2", str(script))
+    assert result.returncode == 1
+    summary = result.stderr[result.stderr.index("allgpu run: replica 1"):]
+    assert "failed with exit code 1" in summary
+    assert "Traceback of replica 1:" in summary
+    assert "in load_batch" in summary and "ValueError: corrupt shard 7" in summary
+
+
+@pytest.mark.timeout(60)
+def test_script_exit_code_is_returned(tmp_path):
+    script = write(tmp_path, "train.py", "import os, sys\nsys.exit(3 if os.environ['RANK'] == '0' else 0)\n")
+    result = allgpu_run("--cpu-replicas", "2", str(script))
+    assert result.returncode == 3, result.stderr
+    assert "replica 0" in result.stderr and "exit code 3" in result.stderr
+
+
+# Option checks: no processes.
+
+def test_parse_nnodes():
+    assert parse_nnodes("2") == (2, 2) and parse_nnodes("1:4") == (1, 4) and parse_nnodes(3) == (3, 3)
+    for bad in ("0", "4:2", "a", "1:2:3", ""):
+        with pytest.raises(ClusterConfigError, match="--nnodes"):
+            parse_nnodes(bad)
+
+
+def test_resolve_nproc():
+    assert resolve_nproc("auto", 3) == (3, True)
+    assert resolve_nproc("2", 2) == (2, True)
+    assert resolve_nproc("4", None) == (4, False)
+    with pytest.raises(DeviceError, match="disagrees"):
+        resolve_nproc("4", 2)
+    with pytest.raises(DeviceError, match="positive integer"):
+        resolve_nproc("0", None)
+    with pytest.raises(DeviceError, match="--cpu-replicas"):
+        resolve_nproc("auto", 0)
+
+
+def test_auto_without_gpu_asks_for_cpu_replicas(tmp_path):
+    import torch
+
+    if torch.cuda.device_count():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(DeviceError, match="--cpu-replicas K"):
+        resolve_nproc("auto", None)
+    result = allgpu_run(str(write(tmp_path, "t.py", "")), timeout=30)
+    assert result.returncode == 2 and "no visible GPU" in result.stderr
+
+
+def test_plan_defaults_and_errors(tmp_path, monkeypatch):
+    script = str(write(tmp_path, "t.py", ""))
+    p = plan(script, ["--lr", "0.1"], cpu_replicas=2)
+    assert (p.rdzv_backend, p.rdzv_endpoint, p.local_addr) == ("c10d", "127.0.0.1:0", "127.0.0.1")
+    assert p.argv[-3:] == (script, "--lr", "0.1") and p.worker_env == {"ALLGPU_DEVICE": "cpu"}
+    config = p.launch_config()
+    assert (config.min_nodes, config.max_nodes, config.nproc_per_node, config.max_restarts) == (1, 1, 2, 0)
+    with pytest.raises(ClusterConfigError, match="--rdzv-endpoint HOST:PORT"):
+        plan(script, nnodes="2", cpu_replicas=1)
+    with pytest.raises(ClusterConfigError, match="--rdzv-endpoint"):
+        plan(script, nnodes="2", cpu_replicas=1, rdzv_endpoint="host-without-port")
+    with pytest.raises(ClusterConfigError, match="fixed node count"):
+        plan(script, nnodes="1:2", node_rank=0, rdzv_endpoint="h:1", cpu_replicas=1)
+    with pytest.raises(FileNotFoundError, match="nope.py"):
+        plan(str(tmp_path / "nope.py"), cpu_replicas=1)
+    static = plan(script, nnodes="2", node_rank=1, rdzv_endpoint="h:29400", cpu_replicas=1)
+    assert static.rdzv_backend == "static" and static.launch_config().rdzv_configs["rank"] == 1
+    assert static.worker_env["ALLGPU_FRESH_STORE"] == "1"
+    env = {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:5", "b:5"]}, "task": {"type": "worker", "index": 1}})}
+    t = plan(script, tf_config=True, cpu_replicas=1, env=env)
+    assert (t.max_nodes, t.node_rank, t.rdzv_endpoint, t.rdzv_backend) == (2, 1, "a:5", "static")
+    with pytest.raises(ClusterConfigError, match="contradicts TF_CONFIG"):
+        plan(script, tf_config=True, cpu_replicas=1, nnodes="3", env=env)
+    with pytest.raises(ClusterConfigError, match="TF_CONFIG is unset"):
+        plan(script, tf_config=True, cpu_replicas=1, env={})
