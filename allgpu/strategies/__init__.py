@@ -2,6 +2,7 @@
 
 from allgpu.strategies.base import Strategy
 from allgpu.strategies.mirrored import MirroredStrategy
+from allgpu.strategies.multi_worker import MultiWorkerMirroredStrategy
 from allgpu.strategies.one_device import OneDeviceStrategy
 
-__all__ = ["Strategy", "OneDeviceStrategy", "MirroredStrategy"]
+__all__ = ["Strategy", "OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy"]
