@@ -19,6 +19,8 @@ from allgpu.cluster import ClusterSpec
 from allgpu.errors import CollectiveTimeoutError, ReplicaFailedError
 from allgpu.ledger import Ledger
 
+EXIT_WAIT_S = 10.0
+
 REDUCE_OPS = {
     "sum": dist.ReduceOp.SUM,
     "mean": dist.ReduceOp.SUM,  # divided by the world size afterwards: Gloo has no AVG
@@ -155,9 +157,22 @@ class ReplicaGroup:
         )
 
     def close(self) -> None:
-        if self.owns_group and dist.is_initialized():
-            dist.destroy_process_group()
-            self.owns_group = False
+        """Leave the job. Replica 0, which may host the job's store, leaves last (waiting at most
+        ``EXIT_WAIT_S``): a peer whose store or Gloo connection vanishes mid-teardown can abort."""
+        if not (self.owns_group and dist.is_initialized()):
+            return
+        store = self.ledger.store
+        if store is not None:
+            try:
+                left = store.add("allgpu/exit", 1)
+                deadline = time.monotonic() + EXIT_WAIT_S
+                while self.rank == 0 and left < self.world_size and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    left = store.add("allgpu/exit", 0)
+            except Exception:  # the store is gone already: nothing left to wait for
+                pass
+        dist.destroy_process_group()
+        self.owns_group = False
 
 
 def _default_store():
