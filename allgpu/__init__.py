@@ -12,6 +12,9 @@ Names are imported on first use, so ``allgpu lint`` and ``allgpu doctor`` start 
 
 from importlib import import_module
 
+# Eager, and torch-free: importing the submodule allgpu.launch later would otherwise shadow the function.
+from allgpu.launch import launch
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -19,7 +22,6 @@ _EXPORTS = {
     "parse_device": "allgpu.devices",
     "visible_devices": "allgpu.devices",
     "InputContext": "allgpu.data",
-    "launch": "allgpu.launch",
     "Strategy": "allgpu.strategies",
     "OneDeviceStrategy": "allgpu.strategies",
     "MirroredStrategy": "allgpu.strategies",
@@ -30,7 +32,7 @@ _EXPORTS = {
     "Callback": "allgpu.progress",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "launch"])
 
 
 def __getattr__(name: str):
