@@ -1,0 +1,137 @@
+"""``SIGUSR1`` on a replica prints where every replica is in the job's collectives: a hang, explained on demand.
+
+``kill -USR1 <pid>`` on any replica prints, to that replica's stderr, its own view from the collective ledger
+(``ReplicaGroup.ledger.explain``: who is behind or diverged, at which collective, from which line), every
+replica's last collective, and where this replica's main thread is. Replica 0 also names the replicas behind
+the job's most advanced collective.
+
+A replica stuck in a collective is inside C++ code, where Python signal handlers do not run until the call
+returns (Python docs, ``signal``: "Execution of Python signal handlers"). So the handler itself does nothing; the
+C-level handler Python installs writes the signal number to a wake-up descriptor (``signal.set_wakeup_fd``), and a
+daemon thread reading it prints the report while the main thread stays blocked.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from allgpu.ledger import Ledger
+
+_installed: dict = {}
+
+
+def install_hang_dump(strategy, signum: int = signal.SIGUSR1, stream=None) -> None:
+    """Make ``signum`` (default SIGUSR1) print this replica's collective report to ``stream`` (default stderr).
+
+    Call it on every replica, from the main thread, after the strategy is built. A second call replaces the
+    strategy reported on. Other handled signals keep working: their wake-up bytes are forwarded to a previous
+    wake-up descriptor (asyncio's, say).
+
+    Raises:
+        RuntimeError: called from a thread other than the main thread (Python's signal API requires it).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("install_hang_dump() must be called from the main thread (Python installs signal handlers "
+                           "only there). Fix: call it right after building the strategy, outside any thread.")
+    _installed.update(strategy=strategy, stream=stream)
+    if signum in _installed.get("signals", ()):
+        return
+    previous_handler = signal.getsignal(signum)
+
+    def handler(sig, frame):  # the report comes from the reader thread; chain a user's handler
+        if callable(previous_handler):
+            previous_handler(sig, frame)
+
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    signal.signal(signum, handler)
+    _installed.setdefault("signals", set()).add(signum)
+    _installed["sockets"] = (reader, writer)
+    threading.Thread(target=_read_wakeups, args=(reader, signum, previous_fd), name="allgpu-hang-dump",
+                     daemon=True).start()
+
+
+def _read_wakeups(reader: socket.socket, signum: int, previous_fd: int) -> None:
+    while True:
+        try:
+            data = reader.recv(64)
+        except OSError:
+            return
+        if not data:
+            return
+        if previous_fd >= 0:
+            try:
+                os.write(previous_fd, data)
+            except OSError:
+                pass
+        if signum in data:
+            stream = _installed.get("stream") or sys.stderr
+            try:
+                stream.write(hang_report(_installed["strategy"]) + "\n")
+                stream.flush()
+            except Exception as exc:  # never let the reporter kill the thread that reports
+                print(f"allgpu: the hang report failed: {exc!r}", file=sys.stderr, flush=True)
+
+
+def hang_report(strategy) -> str:
+    """The report SIGUSR1 prints, as text: this replica's view, every replica's last collective, its stack."""
+    group = strategy.replica_group
+    ledger: Ledger = group.ledger
+    main = sys._current_frames().get(threading.main_thread().ident)
+    stack = traceback.format_stack(main, limit=12) if main is not None else []
+    in_collective = any("replica_group.py" in line and "in _run" in line or "sync.py" in line and "_finalize" in line
+                        for line in stack)
+    waited = time.time() - ledger.last.time if (in_collective and ledger.last) else None
+    view, _ = ledger.explain(waited)
+    if not in_collective:
+        view = view.replace(f"replica {ledger.rank} failed in ", f"replica {ledger.rank} is not in a collective; its "
+                            "last was ", 1)
+    lines = [f"allgpu: hang report from replica {ledger.rank} of {ledger.world_size} (pid {os.getpid()}, "
+             f"{strategy.device} on {socket.gethostname()}), on signal:", f"  {view}"]
+    entries = _read(ledger)
+    if entries is not None:
+        lines.append("  last collective of every replica:")
+        for rank, entry in entries.items():
+            lines.append(f"    replica {rank}: " + (entry.describe() if entry else "none yet"))
+        if ledger.rank == 0:
+            lines.append("  " + behind_verdict(entries))
+    lines.append("  this replica's main thread is at:")
+    lines += ["    " + line.rstrip().replace("\n", "\n    ") for line in stack[-6:]]
+    return "\n".join(lines)
+
+
+def _read(ledger: Ledger):
+    if ledger.store is None:
+        return None
+    try:
+        return ledger.read_all()
+    except Exception:  # the store lives in replica 0; if it is gone, the view above already says so
+        return None
+
+
+def behind_verdict(entries: dict) -> str:
+    """One sentence naming the replicas behind the most advanced collective, or those that diverged from it."""
+    seqs = {rank: (e.seq if e else 0) for rank, e in entries.items()}
+    front = max(seqs.values())
+    leader = next(e for e in entries.values() if e and e.seq == front) if front else None
+    behind = [r for r, s in seqs.items() if s < front]
+    diverged = [r for r, e in entries.items() if e and e.seq == front and (e.op, e.shapes) != (leader.op, leader.shapes)]
+    if not behind and not diverged:
+        return f"verdict: every replica is at collective #{front}" + (f" ({leader.op} at {leader.where})" if leader
+                                                                        else "") + "."
+    parts = []
+    for r in behind:
+        e = entries[r]
+        where = f"its last was {e.describe()}" if e else "it has issued no collective"
+        parts.append(f"replica {r} is behind ({where}) while replica(s) "
+                     f"{', '.join(str(k) for k, s in seqs.items() if s == front)} wait in {leader.describe()}")
+    for r in diverged:
+        parts.append(f"replica {r} diverged: {entries[r].describe()} vs {leader.describe()}")
+    return "verdict: " + "; ".join(parts) + "."
