@@ -6,7 +6,7 @@ TensorFlow Profiler's "input-bound" / "device-bound" verdicts):
 ``input-bound``          input wait over 20% of step time on a replica;
 ``communication-bound``  all-reduce wait over 20% of step time even on the replica that waits least (the slowest
                          replica's wait is pure communication; the others' also includes waiting for it);
-``straggler``            a replica whose compute per step is over 1.2x the replicas' median;
+``straggler``            a replica whose typical (median) compute a step is over 1.2x the replicas' median;
 ``idle-device``          a host with more visible GPUs than replicas on them;
 ``host-bound``           "other" (Python between phases) over 30% of step time.
 
@@ -131,7 +131,7 @@ def communication_bound(figures: list[ReplicaFigures], t: Thresholds = Threshold
 def stragglers(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> list[Finding]:
     if len(figures) < 2:
         return []
-    compute = {f.replica: f.per_step("compute") for f in figures}
+    compute = {f.replica: f.typical_compute_s for f in figures}
     median = statistics.median(compute.values())
     out = []
     for f in figures:

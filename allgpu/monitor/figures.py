@@ -31,6 +31,8 @@ class ReplicaFigures:
         visible_gpus: GPUs visible to this replica's process (PyTorch's count).
         cuda_index: this replica's visible GPU index; None on CPU.
         num_workers: loader worker processes feeding this replica, when known.
+        step_compute_median_s: the median over steps of compute seconds a step: a replica's typical step, which a
+            burst of load on a few steps does not move (None where only totals are known).
     """
 
     replica: int
@@ -45,6 +47,7 @@ class ReplicaFigures:
     visible_gpus: int = 0
     cuda_index: int | None = None
     num_workers: int | None = None
+    step_compute_median_s: float | None = None
 
     @property
     def step_s(self) -> float:
@@ -58,6 +61,11 @@ class ReplicaFigures:
     def per_step(self, phase: str) -> float:
         """Mean seconds per step in ``phase``."""
         return self.phase_s[phase] / self.steps if self.steps else 0.0
+
+    @property
+    def typical_compute_s(self) -> float:
+        """Compute seconds of a typical step: the median where measured, else the mean."""
+        return self.step_compute_median_s if self.step_compute_median_s is not None else self.per_step("compute")
 
     @property
     def busy_pct(self) -> float:

@@ -15,6 +15,7 @@ and ``report = monitor.end_epoch()`` on every replica (one ``all_gather_object``
 from __future__ import annotations
 
 import socket
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -123,6 +124,7 @@ class StepMonitor:
         self._totals = dict.fromkeys(PHASES, 0.0)
         self._steps = 0
         self._samples = 0
+        self._compute_per_step: list[float] = []
 
     # -- per epoch ---------------------------------------------------------------------------------------------
     def start_epoch(self, epoch: int) -> None:
@@ -152,6 +154,7 @@ class StepMonitor:
             steps=self._steps, samples=self._samples, phase_s=dict(self._totals), timing=self._clock.kind,
             gpu_util_pct=util, gpu_mem_mib=mem, visible_gpus=cuda_device_count(),
             cuda_index=(device.index or 0) if device.type == "cuda" else None, num_workers=self.num_workers,
+            step_compute_median_s=statistics.median(self._compute_per_step) if self._compute_per_step else None,
         )
         gathered = self.strategy.replica_group.all_gather_object(mine.to_dict(), where="StepMonitor.end_epoch")
         figures = sorted((ReplicaFigures.from_dict(d) for d in gathered), key=lambda f: f.replica)
@@ -253,6 +256,7 @@ class StepMonitor:
                 self._totals[name] += seconds
             self._steps += 1
             self._samples += step.samples
+            self._compute_per_step.append(split["compute"])
 
     # -- output ------------------------------------------------------------------------------------------------
     def write_report(self, directory) -> list:
