@@ -153,7 +153,7 @@ class StepMonitor:
             replica=self.strategy.replica_id_in_sync, host=socket.gethostname(), device=str(device),
             steps=self._steps, samples=self._samples, phase_s=dict(self._totals), timing=self._clock.kind,
             gpu_util_pct=util, gpu_mem_mib=mem, visible_gpus=cuda_device_count(),
-            cuda_index=(device.index or 0) if device.type == "cuda" else None, num_workers=self.num_workers,
+            cuda_index=_cuda_index(device), num_workers=self.num_workers,
             step_compute_median_s=statistics.median(self._compute_per_step) if self._compute_per_step else None,
         )
         gathered = self.strategy.replica_group.all_gather_object(mine.to_dict(), where="StepMonitor.end_epoch")
@@ -271,3 +271,13 @@ class StepMonitor:
         if self._sampler is not None:
             self._sampler.close()
             self._sampler = None
+
+
+def _cuda_index(device) -> int | None:
+    if device.type != "cuda":
+        return None
+    if device.index is not None:
+        return device.index
+    import torch
+
+    return torch.cuda.current_device()
