@@ -225,3 +225,18 @@ def test_gpu_sampler_stops_on_a_failing_reader():
 
 def test_no_gpu_sampler_on_cpu():
     assert StepMonitor(allgpu.OneDeviceStrategy("/cpu:0"), sample_gpu=True)._sampler is None
+
+
+def test_add_sync_wait_counts_each_all_reduce_round_once():
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    sync = strategy.gradient_sync
+    monitor = StepMonitor(strategy, warmup_steps=0)
+    monitor.start_epoch(0)
+    for rounds, wait_s in [(0, 0.0), (1, 0.01), (1, 0.01), (2, 0.02)]:  # the middle micro-step had no all-reduce
+        sync.rounds, sync.wait_s = rounds, wait_s
+        monitor.start_step()
+        with monitor.phase("compute"):
+            time.sleep(0.03)
+        monitor.add_sync_wait(sync)
+        monitor.end_step(samples=1)
+    assert monitor.end_epoch().replicas[0].phase_s["comm"] == pytest.approx(0.03, abs=1e-6)

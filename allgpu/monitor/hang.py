@@ -3,7 +3,8 @@
 ``kill -USR1 <pid>`` on any replica prints, to that replica's stderr, its own view from the collective ledger
 (``ReplicaGroup.ledger.explain``: who is behind or diverged, at which collective, from which line), every
 replica's last collective, and where this replica's main thread is. Replica 0 also names the replicas behind
-the job's most advanced collective.
+the job's most advanced collective, and passes the signal on to the replicas on its own machine (their process
+ids are in the job's store), so one ``kill -USR1`` of the process you started makes every local replica report.
 
 A replica stuck in a collective is inside C++ code, where Python signal handlers do not run until the call
 returns (Python docs, ``signal``: "Execution of Python signal handlers"). So the handler itself does nothing; the
@@ -24,6 +25,8 @@ import traceback
 from allgpu.ledger import Ledger
 
 _installed: dict = {}
+_PID_KEY = "allgpu/hang-dump/pid/{}"
+QUIET_S = 1.0  # a second signal this soon after a report (a forwarded one after `pkill -USR1`) is not repeated
 
 
 def install_hang_dump(strategy, signum: int = signal.SIGUSR1, stream=None) -> None:
@@ -39,7 +42,10 @@ def install_hang_dump(strategy, signum: int = signal.SIGUSR1, stream=None) -> No
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("install_hang_dump() must be called from the main thread (Python installs signal handlers "
                            "only there). Fix: call it right after building the strategy, outside any thread.")
-    _installed.update(strategy=strategy, stream=stream)
+    _installed.update(strategy=strategy, stream=stream, signum=signum)
+    ledger = strategy.replica_group.ledger
+    if ledger.store is not None:
+        ledger.store.set(_PID_KEY.format(ledger.rank), f"{socket.gethostname()}:{os.getpid()}")
     if signum in _installed.get("signals", ()):
         return
     previous_handler = signal.getsignal(signum)
@@ -59,6 +65,7 @@ def install_hang_dump(strategy, signum: int = signal.SIGUSR1, stream=None) -> No
 
 
 def _read_wakeups(reader: socket.socket, signum: int, previous_fd: int) -> None:
+    last = 0.0
     while True:
         try:
             data = reader.recv(64)
@@ -71,13 +78,35 @@ def _read_wakeups(reader: socket.socket, signum: int, previous_fd: int) -> None:
                 os.write(previous_fd, data)
             except OSError:
                 pass
-        if signum in data:
-            stream = _installed.get("stream") or sys.stderr
-            try:
-                stream.write(hang_report(_installed["strategy"]) + "\n")
-                stream.flush()
-            except Exception as exc:  # never let the reporter kill the thread that reports
-                print(f"allgpu: the hang report failed: {exc!r}", file=sys.stderr, flush=True)
+        if signum not in data or time.monotonic() - last < QUIET_S:
+            continue
+        last = time.monotonic()
+        strategy = _installed["strategy"]
+        stream = _installed.get("stream") or sys.stderr
+        try:
+            stream.write(hang_report(strategy) + "\n")
+            stream.flush()
+            if strategy.replica_group.ledger.rank == 0:
+                _forward(strategy.replica_group.ledger, signum)
+        except Exception as exc:  # never let the reporter kill the thread that reports
+            print(f"allgpu: the hang report failed: {exc!r}", file=sys.stderr, flush=True)
+
+
+def _forward(ledger: Ledger, signum: int) -> None:
+    """Signal the other replicas on this machine, from the process ids they left in the store."""
+    if ledger.store is None:
+        return
+    host = socket.gethostname()
+    for rank in range(1, ledger.world_size):
+        key = _PID_KEY.format(rank)
+        try:
+            if not ledger.store.check([key]):
+                continue
+            their_host, pid = ledger.store.get(key).decode().rsplit(":", 1)
+            if their_host == host:
+                os.kill(int(pid), signum)
+        except (OSError, ValueError, RuntimeError):  # exited, or the store is gone: report what we can
+            continue
 
 
 def hang_report(strategy) -> str:

@@ -118,6 +118,7 @@ class StepMonitor:
         self._epoch = 0
         self._global_step = 0
         self._warmup_left = warmup_steps
+        self._sync_rounds = strategy.gradient_sync.rounds if hasattr(strategy, "gradient_sync") else 0
         self._reset()
 
     def _reset(self) -> None:
@@ -207,6 +208,17 @@ class StepMonitor:
             raise RuntimeError(f"monitor.add({phase!r}, ...) outside a step. Fix: call it between start_step() and "
                                "end_step().")
         self._step.added[phase] = self._step.added.get(phase, 0.0) + float(seconds)
+
+    def add_sync_wait(self, sync) -> None:
+        """Add ``sync.wait_s`` (a :class:`~allgpu.sync.GradientSync`) as "comm" only when a new all-reduce round
+        finished since the last call: under gradient accumulation, micro-steps without an all-reduce add nothing,
+        where ``add("comm", sync.wait_s)`` would count the last round's wait again."""
+        if not self.enabled:
+            return
+        rounds = sync.rounds
+        if rounds != self._sync_rounds:
+            self._sync_rounds = rounds
+            self.add("comm", sync.wait_s)
 
     def end_step(self, samples: int = 0) -> None:
         """End the step that trained on ``samples`` examples on this replica.
