@@ -102,3 +102,41 @@ def _catch(errors):
         install_hang_dump(allgpu.OneDeviceStrategy("/cpu:0"))
     except RuntimeError as exc:
         errors.append(str(exc))
+
+
+def _replica_one_skips_a_backward(pid_dir: str, timeout: float):
+    import torch
+
+    from allgpu.monitor import StepMonitor
+
+    strategy = allgpu.MirroredStrategy(timeout=timeout)
+    install_hang_dump(strategy)
+    with strategy.scope():
+        model = torch.nn.Linear(4, 1)
+    monitor = StepMonitor(strategy)
+    for step in range(3):
+        monitor.start_step()
+        if step == 2:
+            Path(pid_dir, f"replica-{strategy.replica_id_in_sync}").write_text(str(os.getpid()))
+            if strategy.replica_id_in_sync == 1:
+                time.sleep(timeout + 4)  # replica 1 never makes step 2's backward
+        with monitor.phase("compute"):
+            model(torch.ones(2, 4)).sum().backward()
+        monitor.end_step(samples=2)
+    return "finished"
+
+
+@pytest.mark.timeout(60)
+def test_sigusr1_during_a_gradient_all_reduce_says_so(tmp_path, capfd):
+    sent: list = []
+    thread = threading.Thread(target=_signal_when_stuck, args=(tmp_path, 1.0, sent), daemon=True)
+    thread.start()
+    with pytest.raises(ReplicaFailedError):
+        allgpu.launch(_replica_one_skips_a_backward, num_replicas=2, args=(str(tmp_path), 3.0), timeout=3.0)
+    thread.join(5)
+    err = capfd.readouterr().err
+    zero = err[err.index("hang report from replica 0"):]
+    assert "replica 0 is waiting for the gradient all-reduce at the end of loss.backward() (step 3" in zero
+    assert "_finalize" in zero
+    one = err[err.index("hang report from replica 1"):]
+    assert "replica 1 is not in a collective" in one and "time.sleep" in one

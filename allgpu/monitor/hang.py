@@ -115,13 +115,16 @@ def hang_report(strategy) -> str:
     ledger: Ledger = group.ledger
     main = sys._current_frames().get(threading.main_thread().ident)
     stack = traceback.format_stack(main, limit=12) if main is not None else []
-    in_collective = any("replica_group.py" in line and "in _run" in line or "sync.py" in line and "_finalize" in line
-                        for line in stack)
-    waited = time.time() - ledger.last.time if (in_collective and ledger.last) else None
-    view, _ = ledger.explain(waited)
-    if not in_collective:
-        view = view.replace(f"replica {ledger.rank} failed in ", f"replica {ledger.rank} is not in a collective; its "
-                            "last was ", 1)
+    in_group = any("replica_group.py" in line and "in _run" in line for line in stack)
+    in_gradients = any("sync.py" in line and "in _finalize" in line for line in stack)
+    if in_group and ledger.last is not None:
+        view, _ = ledger.explain(time.time() - ledger.last.time)
+    else:
+        view, _ = ledger.explain(None)
+        where = (f"is waiting for the gradient all-reduce at the end of loss.backward() (step {ledger.step}; "
+                 "gradient all-reduces are not in the ledger); its last strategy collective was "
+                 if in_gradients else "is not in a collective; its last was ")
+        view = view.replace(f"replica {ledger.rank} failed in ", f"replica {ledger.rank} {where}", 1)
     lines = [f"allgpu: hang report from replica {ledger.rank} of {ledger.world_size} (pid {os.getpid()}, "
              f"{strategy.device} on {socket.gethostname()}), on signal:", f"  {view}"]
     entries = _read(ledger)
