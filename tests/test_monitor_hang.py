@@ -68,6 +68,9 @@ def test_sigusr1_to_replica_0_makes_every_replica_report_then_the_timeout_names_
     one = err[err.index("hang report from replica 1"):]
     assert "replica 1 is not in a collective" in one and "replica 0 is ahead" in one
     assert "time.sleep" in one  # where replica 1 really is
+    view = err[err.index("job view from replica 0"):]
+    assert f"replica 0: step 0, waiting in collective #3 all_reduce(sum), at test_monitor_hang.py:{skipped_line}" in view
+    assert "verdict: replica 1 is not in the collective that replica(s) 0 wait in" in view
 
     # And the timeout still fires, naming replica 1, the collective and the line, within timeout + 10 s.
     assert elapsed < timeout + 10
@@ -140,3 +143,6 @@ def test_sigusr1_during_a_gradient_all_reduce_says_so(tmp_path, capfd):
     assert "_finalize" in zero
     one = err[err.index("hang report from replica 1"):]
     assert "replica 1 is not in a collective" in one and "time.sleep" in one
+    view = err[err.index("job view from replica 0"):]
+    assert "replica 0: step 3, waiting for the gradient all-reduce" in view
+    assert "replica 1: step 3, not in a collective" in view and "verdict: replica 1 is not in the collective" in view

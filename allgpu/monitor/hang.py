@@ -5,6 +5,10 @@
 replica's last collective, and where this replica's main thread is. Replica 0 also names the replicas behind
 the job's most advanced collective, and passes the signal on to the replicas on its own machine (their process
 ids are in the job's store), so one ``kill -USR1`` of the process you started makes every local replica report.
+Each replica publishes its state (step, whether it waits in a collective or the gradient all-reduce, its
+innermost line of user code) in the store as it reports; replica 0 then prints a job view naming the replicas
+that are not in the collective the others wait in. Gradient all-reduces are not in the ledger, so this view is
+what names the replica that skipped a backward.
 
 A replica stuck in a collective is inside C++ code, where Python signal handlers do not run until the call
 returns (Python docs, ``signal``: "Execution of Python signal handlers"). So the handler itself does nothing; the
@@ -14,6 +18,7 @@ daemon thread reading it prints the report while the main thread stays blocked.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -24,8 +29,12 @@ import traceback
 
 from allgpu.ledger import Ledger
 
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 _installed: dict = {}
 _PID_KEY = "allgpu/hang-dump/pid/{}"
+_STATE_KEY = "allgpu/hang-dump/state/{}"
+PEER_WAIT_S = 2.0  # how long replica 0 waits for the other replicas' states before printing the job view
 QUIET_S = 1.0  # a second signal this soon after a report (a forwarded one after `pkill -USR1`) is not repeated
 
 
@@ -80,14 +89,17 @@ def _read_wakeups(reader: socket.socket, signum: int, previous_fd: int) -> None:
                 pass
         if signum not in data or time.monotonic() - last < QUIET_S:
             continue
-        last = time.monotonic()
+        last, signalled_at = time.monotonic(), time.time()
         strategy = _installed["strategy"]
         stream = _installed.get("stream") or sys.stderr
         try:
             stream.write(hang_report(strategy) + "\n")
             stream.flush()
-            if strategy.replica_group.ledger.rank == 0:
-                _forward(strategy.replica_group.ledger, signum)
+            ledger = strategy.replica_group.ledger
+            if ledger.rank == 0 and ledger.store is not None:
+                _forward(ledger, signum)
+                stream.write(job_view(_gather_states(ledger, since=signalled_at - 0.5)) + "\n")
+                stream.flush()
         except Exception as exc:  # never let the reporter kill the thread that reports
             print(f"allgpu: the hang report failed: {exc!r}", file=sys.stderr, flush=True)
 
@@ -109,6 +121,57 @@ def _forward(ledger: Ledger, signum: int) -> None:
             continue
 
 
+def _gather_states(ledger: Ledger, since: float) -> dict[int, dict | None]:
+    """Every replica's state published at or after wall time ``since``, waiting up to PEER_WAIT_S for them."""
+    deadline = time.monotonic() + PEER_WAIT_S
+    while True:
+        states: dict[int, dict | None] = {}
+        for rank in range(ledger.world_size):
+            key = _STATE_KEY.format(rank)
+            try:
+                state = json.loads(ledger.store.get(key)) if ledger.store.check([key]) else None
+            except Exception:  # the store is gone or the entry is torn: report the replica as silent
+                state = None
+            states[rank] = state if state and state["time"] >= since else None
+        if all(states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(0.05)
+
+
+def job_view(states: dict[int, dict | None]) -> str:
+    """Replica 0's summary of what every replica was doing when signalled, and who the others wait for."""
+    lines = ["allgpu: job view from replica 0 (each replica's state when signalled):"]
+    for rank, state in sorted(states.items()):
+        if state is None:
+            lines.append(f"  replica {rank}: no report (on another machine, or not answering: send it SIGUSR1)")
+        else:
+            lines.append(f"  replica {rank}: step {state['step']}, {state['doing']}, at {state['line']}")
+    known = {r: s for r, s in states.items() if s}
+    waiting = [r for r, s in known.items() if s["waiting"]]
+    running = [r for r, s in known.items() if not s["waiting"]]
+    if waiting and running:
+        what = known[waiting[0]]["doing"]
+        for r in running:
+            lines.append(f"  verdict: replica {r} is not in the collective that replica(s) "
+                         f"{', '.join(map(str, waiting))} wait in ({what}); it is at {known[r]['line']} "
+                         f"(step {known[r]['step']}). Make every replica reach the same collectives in the same "
+                         "order (a step, a backward or a reduce skipped on one replica?).")
+    elif waiting and len(waiting) == len(states):
+        lines.append("  verdict: every replica is waiting in a collective; if they wait in different ones, they "
+                     "diverged (see each replica's report above); if in the same one, suspect the network or a device.")
+    return "\n".join(lines)
+
+
+def _user_line(frame) -> str:
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not path.startswith(_PACKAGE_DIR) and f"{os.sep}torch{os.sep}" not in path and "contextlib" not in path \
+                and "threading.py" not in path and "multiprocessing" not in path:
+            return f"{os.path.basename(path)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
 def hang_report(strategy) -> str:
     """The report SIGUSR1 prints, as text: this replica's view, every replica's last collective, its stack."""
     group = strategy.replica_group
@@ -125,6 +188,10 @@ def hang_report(strategy) -> str:
                  "gradient all-reduces are not in the ledger); its last strategy collective was "
                  if in_gradients else "is not in a collective; its last was ")
         view = view.replace(f"replica {ledger.rank} failed in ", f"replica {ledger.rank} {where}", 1)
+    doing = ("waiting for the gradient all-reduce" if in_gradients else
+             f"waiting in collective #{ledger.last.seq} {ledger.last.op}" if in_group and ledger.last else "not in a collective")
+    _publish(ledger, {"step": ledger.step, "doing": doing, "waiting": in_gradients or in_group,
+                      "line": _user_line(main), "time": time.time()})
     lines = [f"allgpu: hang report from replica {ledger.rank} of {ledger.world_size} (pid {os.getpid()}, "
              f"{strategy.device} on {socket.gethostname()}), on signal:", f"  {view}"]
     entries = _read(ledger)
@@ -137,6 +204,14 @@ def hang_report(strategy) -> str:
     lines.append("  this replica's main thread is at:")
     lines += ["    " + line.rstrip().replace("\n", "\n    ") for line in stack[-6:]]
     return "\n".join(lines)
+
+
+def _publish(ledger: Ledger, state: dict) -> None:
+    if ledger.store is not None:
+        try:
+            ledger.store.set(_STATE_KEY.format(ledger.rank), json.dumps(state))
+        except Exception:  # the store lives in replica 0; gone means replica 0 is gone, and says so itself
+            pass
 
 
 def _read(ledger: Ledger):
