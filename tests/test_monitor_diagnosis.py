@@ -117,7 +117,7 @@ def test_report_table_json_and_plot(tmp_path):
     console = Console(width=120, record=True)
     reports[0].print(console)
     text = console.export_text()
-    assert "util %" in text and "samples/s" in text and "input-bound" in text and "Fix:" in text
+    assert "util%" in text and "samples/s" in text and "input-bound" in text and "Fix:" in text
     paths = write_run_report(reports, tmp_path / "out")
     data = json.loads(paths[0].read_text())
     assert [e["epoch"] for e in data["epochs"]] == [0, 1, 2]

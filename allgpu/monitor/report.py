@@ -9,6 +9,7 @@ from pathlib import Path
 from allgpu.monitor.diagnosis import Finding
 from allgpu.monitor.figures import PHASES, ReplicaFigures
 
+UTIL_NOTE = "util %: NVML GPU utilisation (gpu) where sampled, else (compute + optimizer) / step time (busy)."
 PHASE_COLOURS = {"input": "#d62728", "compute": "#2ca02c", "comm": "#1f77b4", "optimizer": "#9467bd",
                  "other": "#7f7f7f"}
 
@@ -37,19 +38,23 @@ class EpochReport:
         Utilisation is NVML's GPU utilisation where it was sampled (marked "gpu"), else busy % = (compute +
         optimizer) / step time (marked "busy").
         """
+        from rich import box
         from rich.table import Table
 
-        table = Table(title=f"allgpu step monitor, epoch {self.epoch}", title_justify="left")
-        for name in ("replica", "device", "util %", "samples/s", "ms/step", *(f"{p} %" for p in PHASES), "GPU MiB"):
-            table.add_column(name, justify="left" if name == "device" else "right", overflow="fold")
+        with_memory = any(f.gpu_mem_mib is not None for f in self.replicas)
+        table = Table(title=f"allgpu step monitor, epoch {self.epoch}: time split in % of step", title_justify="left",
+                      box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0), show_edge=False)
+        short = {"optimizer": "optim"}
+        names = ["rep", "device", "util%", "samples/s", "ms/step", *(short.get(p, p) for p in PHASES)]
+        for name in names + (["GPU MiB"] if with_memory else []):
+            table.add_column(name, justify="left" if name == "device" else "right")
         for f in self.replicas:
             source = "gpu" if f.gpu_util_pct is not None else "busy"
-            table.add_row(
-                str(f.replica), f.device, f"{f.utilisation_pct:.0f} {source}", f"{f.samples_per_s:,.0f}",
-                f"{1000 * f.step_s / f.steps:.1f}" if f.steps else "-",
-                *(f"{100 * f.fraction(p):.0f}" for p in PHASES),
-                f"{f.gpu_mem_mib:,.0f}" if f.gpu_mem_mib is not None else "-",
-            )
+            row = [str(f.replica), f.device, f"{f.utilisation_pct:.0f} {source}", f"{f.samples_per_s:,.0f}",
+                   f"{1000 * f.step_s / f.steps:.1f}" if f.steps else "-", *(f"{100 * f.fraction(p):.0f}" for p in PHASES)]
+            if with_memory:
+                row.append(f"{f.gpu_mem_mib:,.0f}" if f.gpu_mem_mib is not None else "-")
+            table.add_row(*row)
         return table
 
     def findings_text(self) -> str:
@@ -67,6 +72,7 @@ class EpochReport:
 
         console = console or Console()
         console.print(self.table())
+        console.print(UTIL_NOTE, markup=False, highlight=False)
         console.print(self.findings_text(), markup=False, highlight=False)
 
     def to_dict(self) -> dict:
