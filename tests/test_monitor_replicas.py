@@ -1,4 +1,9 @@
-"""The step monitor on real Gloo CPU replicas with planted causes: each is diagnosed, a healthy run is not."""
+"""The step monitor on real Gloo CPU replicas with planted causes: each is diagnosed, a healthy run is not.
+
+Each step's compute is a small model's forward and backward plus 20 ms of sleep standing for device work (as on
+a GPU, the host waits without using a core). Real CPU-bound compute would make the verdicts depend on how the
+two replica processes share the test machine's cores with whatever else runs there.
+"""
 
 import json
 import time
@@ -12,13 +17,13 @@ from allgpu.monitor import StepMonitor
 
 
 class SleepyDataset(Dataset):
-    """A dataset whose __getitem__ takes 2 ms, as slow decoding would."""
+    """A dataset whose __getitem__ takes 4 ms, as slow decoding would."""
 
     def __len__(self):
         return 512
 
     def __getitem__(self, i):
-        time.sleep(0.002)
+        time.sleep(0.004)
         return torch.full((16,), float(i % 7)), torch.tensor(i % 3)
 
 
@@ -26,31 +31,22 @@ def _mlp():
     return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
 
 
-def _cnn():
-    # Much compute for few parameters, so an all-reduce costs little next to a step.
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
-                               torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),
-                               torch.nn.AdaptiveAvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(64, 3))
+DEVICE_WORK_S = 0.02
 
 
-def _batches(context, steps, per_replica):
-    g = torch.Generator().manual_seed(context.input_pipeline_id)
-    return [(torch.randn(per_replica, 3, 32, 32, generator=g), torch.randint(0, 3, (per_replica,), generator=g))
-            for _ in range(steps)]
+def _batches(steps):
+    return [(torch.randn(8, 16), torch.randint(0, 3, (8,))) for _ in range(steps)]
 
 
 def _train(cause: str, steps: int = 6, epochs: int = 1, report_dir: str | None = None):
     strategy = allgpu.MirroredStrategy(timeout=60)
     with strategy.scope():
-        model = _mlp() if cause != "healthy" else _cnn()
+        model = _mlp()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     if cause == "input":
         data = strategy.distribute_dataset(SleepyDataset(), 16, num_workers=0)
-    elif cause == "straggler":
-        data = strategy.distribute_datasets_from_function(
-            lambda ctx: [(torch.randn(8, 16), torch.randint(0, 3, (8,))) for _ in range(steps + 1)])
     else:
-        data = strategy.distribute_datasets_from_function(lambda ctx: _batches(ctx, steps + 1, 64))
+        data = strategy.distribute_datasets_from_function(lambda ctx: _batches(steps + 1))
     monitor = StepMonitor(strategy, num_workers=getattr(data, "num_workers", None))
     reports = []
     for epoch in range(epochs):
@@ -62,6 +58,7 @@ def _train(cause: str, steps: int = 6, epochs: int = 1, report_dir: str | None =
                 x, y = next(it)
             with monitor.phase("compute"):
                 loss = torch.nn.functional.cross_entropy(model(x), y)
+                time.sleep(DEVICE_WORK_S)
                 if cause == "straggler" and strategy.replica_id_in_sync == 1:
                     time.sleep(0.03)  # replica 1 is slow at every step
                 loss.backward()
@@ -86,7 +83,7 @@ def _findings(results):
 def test_a_sleeping_dataset_is_input_bound():
     findings, report = _findings(allgpu.launch(_train, num_replicas=2, args=("input",)))
     assert findings == [("input-bound", None)], findings
-    assert all(r["phase_s"]["input"] / r["step_s"] > 0.5 for r in report["replicas"])
+    assert all(r["phase_s"]["input"] / r["step_s"] > 0.2 for r in report["replicas"])
     assert "num_workers=0 now" in report["diagnosis"][0]["fix"]
 
 
@@ -95,7 +92,7 @@ def test_replica_one_sleeping_in_compute_is_the_straggler():
     findings, report = _findings(allgpu.launch(_train, num_replicas=2, args=("straggler",)))
     assert findings == [("straggler", 1)], findings
     zero, one = report["replicas"]
-    assert one["phase_s"]["compute"] > 0.03 * 6 and zero["phase_s"]["comm"] > 0.02 * 6  # replica 0 waits for it
+    assert one["phase_s"]["compute"] > 0.05 * 6 and zero["phase_s"]["comm"] > 0.02 * 6  # replica 0 waits for it
 
 
 @pytest.mark.timeout(60)
@@ -103,7 +100,7 @@ def test_a_healthy_run_raises_no_alarm_and_writes_the_report(tmp_path):
     results = allgpu.launch(_train, num_replicas=2, args=("healthy", 6, 2, str(tmp_path)))
     findings, report = _findings(results)
     assert findings == [], report
-    assert [r["steps"] for r in report["replicas"]] == [6, 6] and report["replicas"][0]["samples"] == 6 * 64
+    assert [r["steps"] for r in report["replicas"]] == [6, 6] and report["replicas"][0]["samples"] == 6 * 8
     assert results[1][1] == []  # only replica 0 writes
     json_path, png_path = map(str, results[0][1])
     data = json.loads(open(json_path).read())

@@ -4,8 +4,9 @@ The rules follow the usual reading of a data-parallel profile (PyTorch's perform
 TensorFlow Profiler's "input-bound" / "device-bound" verdicts):
 
 ``input-bound``          input wait over 20% of step time on a replica;
-``communication-bound``  all-reduce wait over 20% of step time even on the replica that waits least (the slowest
-                         replica's wait is pure communication; the others' also includes waiting for it);
+``communication-bound``  all-reduce wait over 20% of a typical step (medians over steps) even on the replica that
+                         waits least (the slowest replica's wait is pure communication; the others' also includes
+                         waiting for it);
 ``straggler``            a replica whose typical (median) compute a step is over 1.2x the replicas' median;
 ``idle-device``          a host with more visible GPUs than replicas on them;
 ``host-bound``           "other" (Python between phases) over 30% of step time.
@@ -111,16 +112,16 @@ def input_bound(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> 
 def communication_bound(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> list[Finding]:
     if len(figures) < 2:
         return []
-    least = min(figures, key=lambda f: f.fraction("comm"))
-    if least.fraction("comm") <= t.comm:
+    least = min(figures, key=lambda f: f.typical_comm_fraction)
+    if least.typical_comm_fraction <= t.comm:
         return []
     per_replica = [f.samples / f.steps for f in figures if f.steps]
     batch = f"{statistics.median(per_replica):g}" if per_replica else "?"
     return [Finding(
         "communication-bound", "warning", None,
         f"every replica waited on the gradient all-reduce beyond the backward overlap for at least "
-        f"{_pct(least, 'comm')} of step time (replica {least.replica}, the one that waits least; threshold "
-        f"{t.comm:.0%}).",
+        f"{100 * least.typical_comm_fraction:.0f}% of a typical step (replica {least.replica}, the one that waits "
+        f"least; threshold {t.comm:.0%}).",
         f"All-reduce less often or send less: gradient accumulation (strategy.accumulate(k) or "
         f"fit(accumulation_steps=k)), a bigger per-replica batch (now {batch} examples) so each all-reduce pays "
         "for more compute, and bf16 gradient compression to halve the bytes sent; across machines, check the "

@@ -33,6 +33,7 @@ class ReplicaFigures:
         num_workers: loader worker processes feeding this replica, when known.
         step_compute_median_s: the median over steps of compute seconds a step: a replica's typical step, which a
             burst of load on a few steps does not move (None where only totals are known).
+        step_comm_median_s / step_median_s: the same medians for the all-reduce wait and the whole step.
     """
 
     replica: int
@@ -48,6 +49,8 @@ class ReplicaFigures:
     cuda_index: int | None = None
     num_workers: int | None = None
     step_compute_median_s: float | None = None
+    step_comm_median_s: float | None = None
+    step_median_s: float | None = None
 
     @property
     def step_s(self) -> float:
@@ -66,6 +69,13 @@ class ReplicaFigures:
     def typical_compute_s(self) -> float:
         """Compute seconds of a typical step: the median where measured, else the mean."""
         return self.step_compute_median_s if self.step_compute_median_s is not None else self.per_step("compute")
+
+    @property
+    def typical_comm_fraction(self) -> float:
+        """All-reduce wait as a share of a typical step (medians over steps) where measured, else of the total."""
+        if self.step_comm_median_s is not None and self.step_median_s:
+            return self.step_comm_median_s / self.step_median_s
+        return self.fraction("comm")
 
     @property
     def busy_pct(self) -> float:

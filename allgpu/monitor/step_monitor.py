@@ -125,7 +125,7 @@ class StepMonitor:
         self._totals = dict.fromkeys(PHASES, 0.0)
         self._steps = 0
         self._samples = 0
-        self._compute_per_step: list[float] = []
+        self._per_step: dict[str, list[float]] = {"compute": [], "comm": [], "step": []}
 
     # -- per epoch ---------------------------------------------------------------------------------------------
     def start_epoch(self, epoch: int) -> None:
@@ -155,13 +155,18 @@ class StepMonitor:
             steps=self._steps, samples=self._samples, phase_s=dict(self._totals), timing=self._clock.kind,
             gpu_util_pct=util, gpu_mem_mib=mem, visible_gpus=cuda_device_count(),
             cuda_index=_cuda_index(device), num_workers=self.num_workers,
-            step_compute_median_s=statistics.median(self._compute_per_step) if self._compute_per_step else None,
+            step_compute_median_s=self._median("compute"), step_comm_median_s=self._median("comm"),
+            step_median_s=self._median("step"),
         )
         gathered = self.strategy.replica_group.all_gather_object(mine.to_dict(), where="StepMonitor.end_epoch")
         figures = sorted((ReplicaFigures.from_dict(d) for d in gathered), key=lambda f: f.replica)
         report = EpochReport(self._epoch, figures, diagnose(figures, self.thresholds))
         self.reports.append(report)
         return report
+
+    def _median(self, name: str) -> float | None:
+        values = self._per_step[name]
+        return statistics.median(values) if values else None
 
     # -- per step ----------------------------------------------------------------------------------------------
     def start_step(self) -> None:
@@ -268,7 +273,9 @@ class StepMonitor:
                 self._totals[name] += seconds
             self._steps += 1
             self._samples += step.samples
-            self._compute_per_step.append(split["compute"])
+            for name in ("compute", "comm"):
+                self._per_step[name].append(split[name])
+            self._per_step["step"].append(sum(split.values()))
 
     # -- output ------------------------------------------------------------------------------------------------
     def write_report(self, directory) -> list:
