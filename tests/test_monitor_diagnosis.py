@@ -240,3 +240,14 @@ def test_add_sync_wait_counts_each_all_reduce_round_once():
         monitor.add_sync_wait(sync)
         monitor.end_step(samples=1)
     assert monitor.end_epoch().replicas[0].phase_s["comm"] == pytest.approx(0.03, abs=1e-6)
+
+
+def test_communication_bound_reads_the_typical_step():
+    burst = [fig(r, comm=0.4, compute=0.6) for r in range(2)]  # 40% of the total, from a few slow all-reduces
+    for f in burst:
+        f.step_comm_median_s, f.step_median_s = 0.005, 0.1
+    assert diagnose(burst) == []
+    for f in burst:
+        f.step_comm_median_s = 0.03
+    assert ids(diagnose(burst)) == [("communication-bound", None)]
+    assert "30% of a typical step" in diagnose(burst)[0].message
