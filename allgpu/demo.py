@@ -51,13 +51,16 @@ class DemoResult:
     train_seconds: float
     checkpoint: str | None
     fallback_reason: str | None
+    diagnosis: list
 
 
 def run_demo(*, replicas: int | None = None, epochs: int = 12, global_batch_size: int = 64, lr: float = 2e-3,
-             checkpoint_dir: str | None = "allgpu_checkpoints/demo", verbose: bool = True) -> DemoResult:
+             checkpoint_dir: str | None = "allgpu_checkpoints/demo", verbose: bool = True,
+             monitor: bool = True, report_dir: str | None = None) -> DemoResult:
     """Train the digits CNN with MirroredStrategy over every visible GPU (2 CPU replicas without one).
 
-    Returns the result on every replica (identical metrics); replica 0 also writes the checkpoint.
+    Returns the result on every replica (identical metrics); replica 0 also writes the checkpoint and, with
+    ``monitor``, prints the per-replica step table and diagnosis (and writes them to ``report_dir``).
     """
     import allgpu
     from allgpu.train import evaluate, fit
@@ -73,28 +76,38 @@ def run_demo(*, replicas: int | None = None, epochs: int = 12, global_batch_size
     loss_fn = nn.CrossEntropyLoss()
     start = time.perf_counter()
     history = fit(model, optimizer, loss_fn, train, epochs=epochs, global_batch_size=global_batch_size,
-                  strategy=strategy, verbose=verbose)
+                  strategy=strategy, verbose=verbose, monitor=monitor, report_dir=report_dir,
+                  checkpoint_dir=checkpoint_dir, resume=False)
     train_seconds = time.perf_counter() - start
     result = evaluate(model, loss_fn, test, global_batch_size=global_batch_size, strategy=strategy)
-    path = _save(checkpoint_dir, model, optimizer, epochs, strategy)
+    path = _latest(checkpoint_dir)
     throughput = history.history["samples_per_second"][-1]
     return DemoResult(
         replicas=strategy.num_replicas_in_sync, device=str(strategy.device), epochs=epochs,
         global_batch_size=global_batch_size, test_accuracy=result["accuracy"], test_loss=result["loss"],
         samples_per_second=throughput, per_replica_samples_per_second=throughput / strategy.num_replicas_in_sync,
         train_seconds=train_seconds, checkpoint=path, fallback_reason=strategy.fallback_reason,
+        diagnosis=[f.id for r in history.monitor_reports[-1:] for f in r.diagnosis],
     )
 
 
-def _save(checkpoint_dir, model, optimizer, epochs, strategy) -> str | None:
+def _latest(checkpoint_dir) -> str | None:
     if not checkpoint_dir:
         return None
-    from allgpu import checkpoint
+    from allgpu.checkpoint import latest_checkpoint
 
-    path = checkpoint.save(checkpoint_dir, model=model, optimizer=optimizer, epoch=epochs, step=0)
+    path = latest_checkpoint(checkpoint_dir)
     return str(path) if path is not None else None
 
 
-def write_report(result: DemoResult, path: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(result.__dict__, indent=2) + "\n")
+def report_paths(report: str) -> tuple[Path, Path]:
+    """``--report PATH``: a ``.json`` file for the summary, the monitor's files beside it; else a folder."""
+    path = Path(report)
+    if path.suffix == ".json":
+        return path, path.parent
+    return path / "summary.json", path
+
+
+def write_report(result: DemoResult, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.__dict__, indent=2) + "\n")

@@ -17,12 +17,14 @@ import torch
 
 from allgpu.data import DistributedDataset, PerReplicaInput, evaluation_shard, per_replica_batch_size
 from allgpu.metrics import MetricSums, resolve
+from allgpu.monitor import StepMonitor, session as monitor_session
 from allgpu.progress import Callback, EpochProgress
 from allgpu.resume import CheckpointPlan, ResumePoint
 from allgpu.strategies.base import Strategy
 from allgpu.strategies.one_device import OneDeviceStrategy
 
 PRECISIONS = (None, "bf16", "fp16")
+_END = object()
 
 
 @dataclass
@@ -34,6 +36,7 @@ class History:
 
     history: dict[str, list[float]] = field(default_factory=dict)
     epoch: list[int] = field(default_factory=list)
+    monitor_reports: list = field(default_factory=list)
 
     def append(self, epoch: int, logs: dict[str, float]) -> None:
         self.epoch.append(epoch)
@@ -71,7 +74,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         validation_data=None, accumulation_steps: int = 1, mixed_precision: str | None = None,
         callbacks: Iterable[Callback] = (), shuffle: bool = True, seed: int = 0, num_workers: int | str = "auto",
         verbose: bool = True, max_steps_per_epoch: int | None = None, checkpoint_dir=None,
-        checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = True) -> History:
+        checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = True,
+        monitor: bool = False, report_dir=None) -> History:
     """Train ``model`` for ``epochs`` epochs on every replica of ``strategy``.
 
     Args:
@@ -90,6 +94,10 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
             ``checkpoint_every`` optimizer steps); with ``resume=True`` a run finding a checkpoint there continues
             from it exactly (the way ``allgpu run --max-restarts`` recovers from a killed replica).
         keep_checkpoints: newest checkpoints kept.
+        monitor: time every step's phases on every replica and, each epoch, print (replica 0) a per-replica table
+            and the diagnosis of why a device idles (:class:`allgpu.monitor.StepMonitor`); reports are in
+            ``history.monitor_reports``.
+        report_dir: with ``monitor``, write ``monitor.json`` and ``monitor.png`` here at the end (replica 0).
 
     Returns:
         :class:`History` with ``loss``, each metric, ``val_*`` and ``samples_per_second`` per epoch.
@@ -98,6 +106,11 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         ValueError: a bad argument (the message names it). NotMirroredError: see above.
     """
     strategy = strategy or _default_strategy(model)
+    session = monitor_session.current()
+    if session is not None:  # allgpu doctor --run: monitor a bounded run
+        session.fit_calls += 1
+        monitor, epochs, report_dir = True, 1, report_dir or session.report_dir
+        max_steps_per_epoch = min(max_steps_per_epoch or session.max_steps, session.max_steps)
     if epochs < 1:
         raise ValueError(f"epochs={epochs}; expected a positive number of epochs.")
     data = train_data if isinstance(train_data, (DistributedDataset, PerReplicaInput)) else \
@@ -115,6 +128,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     if max_steps_per_epoch is not None and steps is not None:
         steps = min(steps, max_steps_per_epoch)
     progress = EpochProgress(verbose and strategy.is_chief, epochs, steps)
+    timer = StepMonitor(strategy, num_workers=getattr(data, "num_workers", None), enabled=bool(monitor))
     for cb in callbacks:
         cb.on_train_begin({})
     warned = False
@@ -125,29 +139,39 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         sums = MetricSums(fns, strategy.device)
         progress.start_epoch(epoch)
         start, seen = time.perf_counter(), 0
-        for step, batch in enumerate(data):
-            if max_steps_per_epoch is not None and step >= max_steps_per_epoch:
+        batches, step = iter(data), 0
+        timer.start_epoch(epoch)
+        while max_steps_per_epoch is None or step < max_steps_per_epoch:
+            timer.start_step()
+            with timer.phase("input"):
+                batch = next(batches, _END)
+            if batch is _END:
+                timer.abandon_step()
                 break
             x, y = _split(batch)
-            with acc:
+            with timer.phase("compute"), acc:
                 with autocast:
                     outputs = model(x)
                     loss = loss_fn(outputs, y)
                 (scaler.scale(loss) if scaler else loss).backward()
+            timer.add_sync_wait(strategy.gradient_sync)
             if acc.sync_step:
-                if scaler:
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                with timer.phase("optimizer"):
+                    if scaler:
+                        scaler.step(optimizer)
+                        scaler.update()
+                    else:
+                        optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
                 global_step += 1
                 plan.after_step(epoch, global_step, history)
             sums.update(loss, outputs, y)
             seen += y.shape[0]
+            timer.end_step(samples=y.shape[0])
             progress.advance()
             for cb in callbacks:
                 cb.on_train_batch_end(step, {"loss": loss.detach()})
+            step += 1
         if acc.micro_step % accumulation_steps:
             if not warned and strategy.is_chief:
                 warnings.warn(f"epoch {epoch}: {acc.micro_step % accumulation_steps} trailing micro-batches did not "
@@ -164,6 +188,11 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
             logs.update(evaluate(model, loss_fn, validation_data, global_batch_size=global_batch_size,
                                  strategy=strategy, metrics=metrics, mixed_precision=mixed_precision, prefix="val_"))
         history.append(epoch, logs)
+        report = timer.end_epoch()
+        if report is not None:
+            history.monitor_reports.append(report)
+            if strategy.is_chief and verbose:
+                report.print(progress.console)
         if plan.enabled:
             plan.save(epoch + 1, global_step, history)
         progress.end_epoch("  ".join(f"{k} {v:.4g}" for k, v in logs.items()))
@@ -171,6 +200,11 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
             cb.on_epoch_end(epoch, logs)
     for cb in callbacks:
         cb.on_train_end(history.history)
+    if monitor and report_dir:
+        timer.write_report(report_dir)
+    timer.close()
+    if session is not None:
+        session.reports.extend(history.monitor_reports)
     return history
 
 

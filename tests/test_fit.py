@@ -82,3 +82,5 @@ def test_demo_trains_real_digits_on_two_replicas_and_reports(tmp_path):
     assert summary["test_accuracy"] >= 0.95
     assert summary["samples_per_second"] > 0
     assert "test accuracy:" in result.stdout and "per replica" in result.stdout
+    assert summary["checkpoint"].endswith(".pt") and (tmp_path / "monitor.json").exists()
+    assert (tmp_path / "monitor.png").exists()

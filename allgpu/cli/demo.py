@@ -13,17 +13,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="number of replicas (default: every visible GPU, or 2 CPU replicas without one)")
     p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--batch-size", type=int, default=64, help="global batch size (all replicas together)")
-    p.add_argument("--report", metavar="PATH", help="write a JSON summary here")
+    p.add_argument("--report", metavar="PATH",
+                   help="write a JSON summary to PATH (a .json file; the step monitor's monitor.json and "
+                        "monitor.png go beside it), or into the folder PATH")
     p.add_argument("--checkpoint-dir", default="allgpu_checkpoints/demo", help="'' to skip saving")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no per-epoch monitor table")
+    p.add_argument("--no-monitor", action="store_true", help="do not time the steps")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from allgpu.demo import run_demo, write_report
+    from allgpu.demo import report_paths, run_demo, write_report
 
+    summary, monitor_dir = report_paths(args.report) if args.report else (None, None)
     result = run_demo(replicas=args.replicas, epochs=args.epochs, global_batch_size=args.batch_size,
-                      checkpoint_dir=args.checkpoint_dir or None, verbose=not args.quiet)
+                      checkpoint_dir=args.checkpoint_dir or None, verbose=not args.quiet,
+                      monitor=not args.no_monitor, report_dir=str(monitor_dir) if monitor_dir else None)
     import torch.distributed as dist
 
     if dist.is_initialized() and dist.get_rank() != 0:
@@ -35,9 +40,11 @@ def run(args: argparse.Namespace) -> int:
           f"{result.per_replica_samples_per_second:.0f} samples/s per replica (last epoch)")
     if result.checkpoint:
         print(f"checkpoint: {result.checkpoint}")
-    if args.report:
-        write_report(result, args.report)
-        print(f"report: {args.report}")
+    if result.diagnosis:
+        print(f"diagnosis: {', '.join(result.diagnosis)} (see the table above)")
+    if summary:
+        write_report(result, summary)
+        print(f"report: {summary}" + ("" if args.no_monitor else f" (step monitor: {monitor_dir}/monitor.json, .png)"))
     if result.test_accuracy < 0.95:
         print("test accuracy is below 0.95: something is wrong with this machine or build", file=sys.stderr)
         return 1

@@ -1,4 +1,5 @@
 """``allgpu doctor [--json] [--reading FILE]``: read this machine, list what keeps a GPU idle, with fixes.
+``allgpu doctor [--steps N] [--report DIR] --run script.py [args]``: run a script under the step monitor.
 
 Exit code: 0 when no problem has severity "error", 1 when one does, 2 when ``--reading`` cannot be used.
 """
@@ -34,6 +35,11 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="print the reading, the problems and the exit code as JSON")
     parser.add_argument("--reading", type=Path, metavar="FILE",
                         help="diagnose a reading saved with `allgpu doctor --json` (e.g. on another machine)")
+    parser.add_argument("--steps", type=int, default=50, help="with --run: steps to monitor (default 50)")
+    parser.add_argument("--report", metavar="DIR", help="with --run: write monitor.json and monitor.png here")
+    parser.add_argument("--run", nargs=argparse.REMAINDER, metavar="SCRIPT ARGS",
+                        help="run a training script that uses allgpu.fit under the step monitor for --steps steps "
+                             "and print why its devices idle (must come last)")
     return parser
 
 
@@ -61,6 +67,13 @@ def load_reading(path: Path) -> EnvironmentReading:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.run is not None:
+        if not args.run:
+            print("allgpu doctor --run: name the script. Fix: allgpu doctor --run train.py [args]", file=sys.stderr)
+            return 2
+        from allgpu.doctor.run_script import run_monitored
+
+        return run_monitored(args.run[0], args.run[1:], steps=args.steps, report_dir=args.report)
     config = DoctorConfig(json=args.json, reading=args.reading)
     try:
         reading = load_reading(config.reading) if config.reading else read_environment()

@@ -182,6 +182,15 @@ class StepMonitor:
             ledger.step = self._global_step  # a hang report then names the step
         self._step = _Step(self._clock.mark())
 
+    def abandon_step(self) -> None:
+        """Forget the step just started (the input ran out before it trained on anything)."""
+        if not self.enabled or self._step is None:
+            return
+        if self._open is not None:
+            raise RuntimeError(f"monitor.abandon_step() inside phase {self._open!r}. Fix: end the phase first.")
+        self._step = None
+        self._global_step -= 1
+
     def phase(self, name: str):
         """Context manager timing ``name`` in ``"input"``, ``"compute"`` (forward + backward), ``"optimizer"``.
 
