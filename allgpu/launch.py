@@ -188,11 +188,15 @@ class ScriptReplicas:
         self._stopping = True
 
 
-def _replica_main(rank, fn, devices, port, error_dir, timeout_s, args, kwargs, results):
+def _replica_main(rank, fn, devices, port, error_dir, timeout_s, args, kwargs, results, forked):
     import torch
 
     os.environ.update(replica_env(rank, devices, port, error_dir, timeout_s))
-    if not devices[rank].is_cuda:  # forked after torch started: the variable alone no longer applies
+    if forked:
+        # OpenMP is not fork-safe: a forked child's first parallel region can hang. One intra-op thread, as
+        # DataLoader workers use, avoids it; start_method="spawn" gives each replica its own pool.
+        torch.set_num_threads(1)
+    elif not devices[rank].is_cuda:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     value = fn(*args, **kwargs)
     # Plain pickle: torch's queue reduction shares memory by file descriptor, gone once the replica exits.
@@ -219,7 +223,8 @@ def launch(
         num_replicas: number of replicas; default one per visible GPU, else 2 CPU replicas.
         devices: device names instead of ``num_replicas`` (``["/gpu:0", "/gpu:1"]``, ``["/cpu:0", "/cpu:1"]``).
         timeout: collective timeout in seconds for the job's process group.
-        start_method: ``"fork"`` (default where CUDA is not yet initialised) or ``"spawn"``.
+        start_method: ``"fork"`` (default where CUDA is not yet initialised; each replica then runs one
+            intra-op thread, since OpenMP is not fork-safe) or ``"spawn"``.
 
     Returns:
         ``fn``'s return values, indexed by rank.
@@ -237,14 +242,17 @@ def launch(
     ctx = mp.get_context(start_method)
     results = ctx.SimpleQueue()
     error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
+    context = mp.start_processes(
+        _replica_main,
+        args=(fn, device_list, free_port(), error_dir, timeout, tuple(args), dict(kwargs or {}), results,
+              start_method == "fork"),
+        nprocs=len(device_list),
+        join=False,
+        start_method=start_method,
+    )
     try:
-        mp.start_processes(
-            _replica_main,
-            args=(fn, device_list, free_port(), error_dir, timeout, tuple(args), dict(kwargs or {}), results),
-            nprocs=len(device_list),
-            join=True,
-            start_method=start_method,
-        )
+        while not context.join():
+            pass
     except mp.ProcessRaisedException as exc:
         raise ReplicaFailedError(
             f"replica {exc.error_index} raised; the other replicas were stopped. Its traceback:\n{exc.msg}",
@@ -256,6 +264,10 @@ def launch(
             f"replica {exc.error_index} died ({exc.msg.strip()}); the other replicas were stopped.",
             rank=exc.error_index,
         ) from None
+    finally:  # interrupted (Ctrl-C, a test timeout): never leave replicas behind
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
     values: list[Any] = [None] * len(device_list)
     while not results.empty():
         rank, value = results.get()
