@@ -84,17 +84,20 @@ class MirrorCheck:
         rank: the replica, shown in the message.
     """
 
+    # Shared by every strategy in the process: a parameter mirrored by any of them is fine for all of them.
+    # id -> weak reference; a WeakSet would compare tensors with == on a hash match.
+    _mirrored: dict[int, weakref.ref] = {}
+
     def __init__(self, num_replicas: int, rank: int):
         self.num_replicas = num_replicas
         self.rank = rank
-        # id -> weak reference; a WeakSet would compare tensors with == on a hash match.
-        self._mirrored: dict[int, weakref.ref] = {}
         self._verified: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
         self._handle = nn_module.register_module_forward_pre_hook(self._check)
 
     def add(self, params: Iterable[torch.Tensor]) -> None:
+        registry = MirrorCheck._mirrored
         for p in params:
-            self._mirrored[id(p)] = weakref.ref(p, lambda _, key=id(p): self._mirrored.pop(key, None))
+            registry[id(p)] = weakref.ref(p, lambda _, key=id(p): registry.pop(key, None))
 
     def is_mirrored(self, param: torch.Tensor) -> bool:
         ref = self._mirrored.get(id(param))

@@ -118,3 +118,20 @@ def test_bad_device_names_are_not_fallen_back_from():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match="'/tpu:0' is not understood"):
             allgpu.MirroredStrategy(devices=["/tpu:0"])
+
+
+def test_a_second_strategy_in_the_same_process_accepts_its_own_models():
+    first = allgpu.MirroredStrategy(num_replicas=1)
+    second = allgpu.MirroredStrategy(num_replicas=1)
+    try:
+        with first.scope():
+            a = torch.nn.Linear(2, 1)
+        with second.scope():
+            b = torch.nn.Linear(2, 1)
+        a(torch.zeros(1, 2)).sum().backward()
+        b(torch.zeros(1, 2)).sum().backward()
+        with pytest.raises(NotMirroredError):
+            torch.nn.Linear(2, 1)(torch.zeros(1, 2))
+    finally:
+        first.close()
+        second.close()
