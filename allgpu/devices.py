@@ -147,12 +147,11 @@ def cuda_device_count() -> int:
         return 0
 
 
-def visible_devices(env: Mapping[str, str] | None = None) -> list[Device]:
+def visible_devices() -> list[Device]:
     """Every GPU this process can use, as Devices; ``[Device("cpu", 0)]`` when there is none.
 
     Honours ``CUDA_VISIBLE_DEVICES`` (through PyTorch's own count, which applies it).
     """
-    del env  # the count already reflects the variable; kept for a symmetric signature
     count = cuda_device_count()
     if count == 0:
         return [Device("cpu", 0)]

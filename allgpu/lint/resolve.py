@@ -286,3 +286,16 @@ class Module:
     @cached_property
     def lines(self) -> list[str]:
         return self.source.splitlines()
+
+
+def literal_text(mod, node: ast.expr | None) -> str | None:
+    """A literal, or a name whose every assignment is the same literal; None when it is computed."""
+    text = const_str(node)
+    if text is not None:
+        return text
+    if isinstance(node, ast.Name):
+        values = mod.values_of(node)
+        texts = {const_str(v) for v in values}
+        if values and len(texts) == 1 and None not in texts:
+            return texts.pop()
+    return None

@@ -4,22 +4,9 @@ from __future__ import annotations
 
 import ast
 
-from allgpu.lint.resolve import const_str
+from allgpu.lint.resolve import const_str, literal_text
 
 _KEY = "CUDA_VISIBLE_DEVICES"
-
-
-def _value_text(mod, node: ast.expr | None) -> str | None:
-    """A literal, or a name whose every assignment is the same literal; None when it is computed."""
-    text = const_str(node)
-    if text is not None:
-        return text
-    if isinstance(node, ast.Name):
-        values = mod.values_of(node)
-        texts = {const_str(v) for v in values}
-        if values and len(texts) == 1 and None not in texts:
-            return texts.pop()
-    return None
 
 
 def narrowed(text: str) -> bool:
@@ -52,6 +39,6 @@ def check_visible_devices(ctx) -> None:
     is_torch = mod.is_imported("torch") or mod.is_imported("allgpu")
     rule = "PT010" if is_torch and not is_tf else "TF003"
     for node, value in env_sets(mod):
-        text = _value_text(mod, value)
+        text = literal_text(mod, value)
         if text is not None and narrowed(text):
             ctx.emit(rule, node, f"CUDA_VISIBLE_DEVICES set to {text!r} in code: only that GPU is visible")

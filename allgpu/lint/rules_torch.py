@@ -6,7 +6,7 @@ import ast
 import re
 
 from allgpu.lint import tfdata
-from allgpu.lint.resolve import const_str, dotted, has_star_kwargs, iter_body_nodes, kwarg
+from allgpu.lint.resolve import const_str, dotted, has_star_kwargs, iter_body_nodes, kwarg, literal_text
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "replicate")
 _SYNC_CALLS = ("all_reduce", "allreduce", "broadcast", "reduce_scatter", "broadcast_parameters",
@@ -44,18 +44,6 @@ def check_pt001(ctx) -> None:
             ctx.emit("PT001", call, "nn.DataParallel: one process drives all GPUs; use DistributedDataParallel")
 
 
-def _device_text(mod, node: ast.expr | None) -> str | None:
-    text = const_str(node)
-    if text is not None:
-        return text
-    if isinstance(node, ast.Name):
-        values = mod.values_of(node)
-        texts = {const_str(v) for v in values}
-        if values and len(texts) == 1 and None not in texts:
-            return texts.pop()
-    return None
-
-
 def _replaced_later(mod, call: ast.Call) -> bool:
     """``device = torch.device('cuda:0')`` reassigned elsewhere (a default the local rank replaces)."""
     parent = mod.parent.get(id(call))
@@ -75,7 +63,7 @@ def check_pt002(ctx) -> None:
         f = call.func
         text = None
         if qn == "torch.device" and call.args:
-            text = _device_text(mod, call.args[0])
+            text = literal_text(mod, call.args[0])
             if text == "cuda" and len(call.args) > 1:
                 idx = const_str(call.args[1])
                 text = f"cuda:{idx}" if idx is not None else None
@@ -83,7 +71,7 @@ def check_pt002(ctx) -> None:
                 continue
         elif isinstance(f, ast.Attribute) and f.attr == "to" and qn is None:
             arg = call.args[0] if call.args else kwarg(call, "device")
-            text = _device_text(mod, arg)
+            text = literal_text(mod, arg)
         elif isinstance(f, ast.Attribute) and f.attr == "cuda" and qn is None:
             arg = call.args[0] if call.args else kwarg(call, "device")
             if arg is None:

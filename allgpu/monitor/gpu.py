@@ -45,11 +45,11 @@ def _handle(pynvml, visible_index: int):
         uuid = str(torch.cuda.get_device_properties(visible_index).uuid)
         return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
     except Exception:
-        entries = parse_cuda_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")).entries
-        physical = entries[visible_index] if entries else visible_index
-        if isinstance(physical, str):
-            return pynvml.nvmlDeviceGetHandleByUUID(physical)
-        return pynvml.nvmlDeviceGetHandleByIndex(physical)
+        visible = parse_cuda_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        entries = visible.effective if visible.form == "index" else ()
+        if visible.form in ("gpu-uuid", "mig-uuid") and visible_index < len(visible.effective):
+            return pynvml.nvmlDeviceGetHandleByUUID(visible.effective[visible_index])
+        return pynvml.nvmlDeviceGetHandleByIndex(int(entries[visible_index]) if entries else visible_index)
 
 
 class GpuSampler:
