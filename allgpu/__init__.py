@@ -32,6 +32,10 @@ _EXPORTS = {
     "Callback": "allgpu.progress",
 }
 
+# Submodules reachable as attributes after a bare ``import allgpu`` (``allgpu.checkpoint.save(...)``).
+_SUBMODULES = ("checkpoint", "monitor", "doctor", "lint", "data", "devices", "strategies", "train", "errors",
+               "cluster", "tf_config", "elastic", "bench", "demo")
+
 __all__ = sorted([*_EXPORTS, "launch"])
 
 
@@ -40,6 +44,8 @@ def __getattr__(name: str):
         value = getattr(import_module(_EXPORTS[name]), name)
         globals()[name] = value
         return value
+    if name in _SUBMODULES:
+        return import_module(f"allgpu.{name}")
     raise AttributeError(f"module 'allgpu' has no attribute {name!r}")
 
 

@@ -93,6 +93,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+_NOT_SCRIPTS = {"pytest/__main__.py", "unittest/__main__.py", "ipykernel/__main__.py", "IPython/__main__.py"}
+
+
 def script_command() -> list[str]:
     """The command line that started this interpreter, to re-execute it for the other replicas.
 
@@ -102,6 +105,15 @@ def script_command() -> list[str]:
     """
     argv = list(getattr(sys, "orig_argv", [])) or [sys.executable, *sys.argv]
     main = sys.modules.get("__main__")
+    main_file = os.path.basename(os.path.dirname(getattr(main, "__file__", "") or "")) + "/" + \
+        os.path.basename(getattr(main, "__file__", "") or "")
+    runner = os.path.basename(sys.argv[0] if sys.argv else "")
+    if main_file in _NOT_SCRIPTS or runner in ("pytest", "py.test", "ipykernel_launcher.py"):
+        raise RuntimeError(
+            f"this program is run by {runner or main_file}, not from a training script, so its replicas cannot be "
+            "started by re-executing it (that would re-run the test runner or kernel). Fix: put the training in a "
+            "function and call allgpu.launch(fn, num_replicas=N), or run the script itself with python."
+        )
     if "-c" in argv[1:2] or not getattr(main, "__file__", None):
         raise RuntimeError(
             "this program is not a script file (python -c, a REPL or a notebook), so its replicas cannot be started "

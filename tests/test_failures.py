@@ -135,3 +135,14 @@ def test_a_second_strategy_in_the_same_process_accepts_its_own_models():
     finally:
         first.close()
         second.close()
+
+
+def test_inside_a_test_runner_the_strategy_does_not_re_execute_it():
+    with pytest.warns(RuntimeWarning, match="not from a training script.*allgpu.launch"):
+        strategy = allgpu.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])
+    try:
+        assert strategy.num_replicas_in_sync == 1
+    finally:
+        strategy.close()
+    with pytest.raises(StrategyStartError, match="allgpu.launch"):
+        allgpu.MirroredStrategy(devices=["/cpu:0", "/cpu:1"], fallback="error")

@@ -62,11 +62,11 @@ def _validate(directory, model, optimizer, epoch, step, data_state, extra, keep)
 
 def save(
     directory: str | os.PathLike,
-    *,
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
     epoch: int = 0,
     step: int = 0,
+    *,
     data_state: dict | None = None,
     rng: bool = True,
     extra: Any = None,
@@ -201,9 +201,9 @@ def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
 
 def restore(
     path_or_directory: str | os.PathLike,
-    *,
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
+    *,
     map_location: Any = "cpu",
     strict: bool = True,
 ) -> CheckpointState:
