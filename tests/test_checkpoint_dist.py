@@ -120,4 +120,5 @@ def _failing_save(rank: int, world: int, port: int, directory: str) -> None:
 
 @pytest.mark.timeout(60)
 def test_write_failure_on_replica_0_is_raised_on_every_replica(tmp_path):
-    mp.spawn(_failing_save, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_failing_save, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)  # asserts in each replica
+    assert not [p for p in tmp_path.iterdir() if p.is_file()]  # the failed write left no file behind
