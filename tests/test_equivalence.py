@@ -54,3 +54,28 @@ def test_replicas_match_one_replica(single, replicas, optimizer_name):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
     for other, _ in results[1:]:  # replicas stay bit-identical to each other
         assert all(torch.equal(a, b) for a, b in zip(results[0][0], other))
+
+
+def _compressed(compression):
+    strategy = allgpu.MirroredStrategy(gradient_compression=compression)
+    torch.manual_seed(0)
+    with strategy.scope():
+        model = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for x, y in strategy.distribute_dataset(make_data(), 16, seed=7, num_workers=0):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.timeout(120)
+def test_bf16_gradient_compression_stays_close_and_keeps_replicas_identical():
+    exact = allgpu.launch(_compressed, num_replicas=2, args=(None,))[0]
+    compressed = allgpu.launch(_compressed, num_replicas=2, args=("bf16",))
+    for got, want in zip(compressed[0], exact):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-3)
+    assert not all(torch.equal(a, b) for a, b in zip(compressed[0], exact))  # it did compress
+    assert all(torch.equal(a, b) for a, b in zip(compressed[0], compressed[1]))
+    with pytest.raises(ValueError, match="gradient_compression='int8'"):
+        allgpu.MirroredStrategy(num_replicas=1, gradient_compression="int8")

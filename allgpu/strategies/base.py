@@ -25,9 +25,10 @@ class Strategy:
     Subclasses build the :class:`ReplicaGroup` and choose whether unmirrored parameters are errors.
     """
 
-    def __init__(self, group: ReplicaGroup, *, check_mirrored: bool, bucket_cap_mb: float = 25.0):
+    def __init__(self, group: ReplicaGroup, *, check_mirrored: bool, bucket_cap_mb: float = 25.0,
+                 gradient_compression: str | None = None):
         self._group = group
-        self._sync = GradientSync(group, bucket_cap_mb=bucket_cap_mb)
+        self._sync = GradientSync(group, bucket_cap_mb=bucket_cap_mb, compression=gradient_compression)
         self._check = MirrorCheck(group.world_size, group.rank) if check_mirrored else None
         self._mirrored_ids: set[int] = set()
         self._scope_depth = 0

@@ -26,7 +26,7 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
             (default: every visible GPU, one CPU replica without one). Every worker must run as many.
         fallback: default ``"error"``: a multi-machine job that silently shrinks to one device is worse than
             a clear failure.
-        timeout, backend, bucket_cap_mb: as for :class:`MirroredStrategy`.
+        timeout, backend, bucket_cap_mb, gradient_compression: as for :class:`MirroredStrategy`.
 
     Raises:
         ClusterConfigError: a malformed or inconsistent ``TF_CONFIG`` or launcher environment, naming the field.
@@ -35,13 +35,13 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
 
     def __init__(self, cluster_resolver=None, *, devices=None, num_replicas: int | None = None,
                  fallback: str = "error", timeout: float = 1800.0, backend: str | None = None,
-                 bucket_cap_mb: float = 25.0):
+                 bucket_cap_mb: float = 25.0, gradient_compression: str | None = None):
         if cluster_resolver is not None:
             raise ValueError("cluster_resolver is not supported; describe the cluster with TF_CONFIG or start the "
                              "job with `allgpu run --nnodes N`.")
         self._tf_config = None if from_torchrun_env() is not None else from_tf_config_env()
         super().__init__(devices, num_replicas=num_replicas, fallback=fallback, timeout=timeout, backend=backend,
-                         bucket_cap_mb=bucket_cap_mb)
+                         bucket_cap_mb=bucket_cap_mb, gradient_compression=gradient_compression)
 
     def _start(self, devices, timeout, backend, fallback, placement=None):
         if self._tf_config is None:
