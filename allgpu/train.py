@@ -119,6 +119,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     autocast = _autocast(strategy.device, mixed_precision)
     scaler = torch.amp.GradScaler("cuda") if mixed_precision == "fp16" else None
     acc = strategy.accumulate(accumulation_steps)
+    acc.reset()
     plan = CheckpointPlan(checkpoint_dir, every=checkpoint_every, keep=keep_checkpoints, strategy=strategy,
                           model=model, optimizer=optimizer, data=data)
     point = plan.restore() if resume else ResumePoint()

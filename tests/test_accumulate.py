@@ -5,7 +5,7 @@ import allgpu
 from tests.test_equivalence import make_data
 
 
-def _run(k: int, global_batch_size: int, optimizer_steps: int = 5):
+def _run(k: int, global_batch_size: int, optimizer_steps: int = 5, inline: bool = False):
     strategy = allgpu.MirroredStrategy()
     torch.manual_seed(0)
     with strategy.scope():
@@ -15,7 +15,7 @@ def _run(k: int, global_batch_size: int, optimizer_steps: int = 5):
     acc = strategy.accumulate(k)
     steps = 0
     for x, y in data:
-        with acc:
+        with strategy.accumulate(k) if inline else acc:  # both styles share the strategy's counter
             torch.nn.functional.mse_loss(model(x), y).backward()
         if acc.sync_step:
             optimizer.step()
@@ -28,9 +28,9 @@ def _run(k: int, global_batch_size: int, optimizer_steps: int = 5):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_k_micro_batches_are_one_all_reduce_and_one_big_batch(replicas):
-    accumulated = allgpu.launch(_run, num_replicas=replicas, args=(4, 8))
+@pytest.mark.parametrize("replicas, inline", [(1, False), (2, False), (2, True)])
+def test_k_micro_batches_are_one_all_reduce_and_one_big_batch(replicas, inline):
+    accumulated = allgpu.launch(_run, num_replicas=replicas, args=(4, 8, 5, inline))
     big = allgpu.launch(_run, num_replicas=replicas, args=(1, 32))
     params, rounds, collectives, buckets = accumulated[0]
     assert rounds == 5  # 20 micro-batches, 5 all-reduce rounds

@@ -31,6 +31,7 @@ class Strategy:
         self._sync = GradientSync(group, bucket_cap_mb=bucket_cap_mb, compression=gradient_compression)
         self._check = MirrorCheck(group.world_size, group.rank) if check_mirrored else None
         self._mirrored_ids: set[int] = set()
+        self._accumulations: dict[int, Accumulation] = {}
         self._scope_depth = 0
 
     # -- who and where -----------------------------------------------------------------------------------------
@@ -176,8 +177,13 @@ class Strategy:
         Use the returned object as a context around each micro-batch's backward; step the optimizer when
         ``acc.sync_step`` is True. Gradients are averaged over the ``k`` micro-batches and the replicas, so
         ``k`` micro-batches of size b equal one batch of size ``k * b``. Do not divide the loss by ``k``.
+
+        The counter lives in the strategy: ``strategy.accumulate(k)`` returns the same object for the same ``k``,
+        so ``with strategy.accumulate(4):`` written inside the loop (Accelerate's style) counts correctly too.
         """
-        return Accumulation(self._sync, k)
+        if k not in self._accumulations:
+            self._accumulations[k] = Accumulation(self._sync, k)
+        return self._accumulations[k]
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
