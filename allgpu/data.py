@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, TensorDataset
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,22 @@ class _DeviceFeed:
         return batch
 
 
+def as_map_dataset(data):
+    """Accept what PyTorch users hand over: a map-style dataset as is; a ``DataLoader``'s dataset (its sampler and
+    batch size are replaced, with a warning); a tuple of equally long tensors as a ``TensorDataset``."""
+    if isinstance(data, DataLoader):
+        warnings.warn(f"distributing the DataLoader's dataset ({type(data.dataset).__name__}): its sampler and "
+                      f"batch_size={data.batch_size} are replaced by allgpu's shards of the global batch.",
+                      UserWarning, stacklevel=3)
+        return data.dataset
+    if isinstance(data, (tuple, list)) and data and all(isinstance(t, torch.Tensor) for t in data):
+        if len({t.shape[0] for t in data}) != 1:
+            raise ValueError(f"tensors of lengths {[t.shape[0] for t in data]} cannot be zipped into examples; "
+                             "expected tensors with the same first dimension, e.g. (x, y).")
+        return TensorDataset(*data)
+    return data
+
+
 class DistributedDataset:
     """This replica's view of a dataset distributed across replicas; iterate it once per epoch.
 
@@ -178,6 +195,7 @@ class DistributedDataset:
     def __init__(self, dataset: Dataset, *, global_batch_size: int, num_replicas: int, rank: int,
                  device: torch.device, shuffle: bool = True, seed: int = 0, num_workers: int | str = "auto",
                  drop_remainder: bool = True, local_replicas: int | None = None, collate_fn: Callable | None = None):
+        dataset = as_map_dataset(dataset)
         if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise TypeError(
                 f"distribute_dataset needs a map-style dataset (with __len__ and __getitem__); got "

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from allgpu.data import DistributedDataset, PerReplicaInput, evaluation_shard, per_replica_batch_size
+from allgpu.data import (DistributedDataset, PerReplicaInput, as_map_dataset, evaluation_shard,
+                         per_replica_batch_size)
 from allgpu.metrics import MetricSums, resolve
 from allgpu.monitor import StepMonitor, session as monitor_session
 from allgpu.progress import Callback, EpochProgress
@@ -81,7 +82,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     Args:
         model, optimizer: built inside ``strategy.scope()`` (a MirroredStrategy raises NotMirroredError otherwise).
         loss_fn: ``loss_fn(outputs, targets) -> scalar`` averaged over the batch (e.g. ``nn.CrossEntropyLoss()``).
-        train_data: a map-style dataset of ``(x, y)`` examples, or the result of ``strategy.distribute_dataset``.
+        train_data: a map-style dataset of ``(x, y)`` examples (or a ``(x, y)`` tuple of tensors, or a DataLoader
+            whose dataset is used), or the result of ``strategy.distribute_dataset``.
         global_batch_size: examples per micro-step across all replicas; must divide by ``num_replicas_in_sync``.
             With ``accumulation_steps=k`` the optimizer sees ``k * global_batch_size`` examples a step.
         metrics: names (``"accuracy"``) or callables ``fn(outputs, targets) -> (total, count)``.
@@ -218,6 +220,7 @@ def evaluate(model: torch.nn.Module, loss_fn: Callable, data, *, global_batch_si
     reduced once at the end, so the result equals a single-replica evaluation. Returns ``{name: mean}``.
     """
     strategy = strategy or _default_strategy(model)
+    data = as_map_dataset(data)
     per_replica = per_replica_batch_size(global_batch_size, strategy.num_replicas_in_sync)
     feed = evaluation_shard(data, per_replica_batch_size=per_replica, num_replicas=strategy.num_replicas_in_sync,
                             rank=strategy.replica_id_in_sync, device=strategy.device)

@@ -121,3 +121,15 @@ def test_batches_arrive_on_the_replica_device_as_tuples():
     data = strategy.experimental_distribute_dataset(TensorDataset(torch.zeros(8, 2), torch.arange(8)), 4)
     x, y = next(iter(data))
     assert x.shape == (4, 2) and y.shape == (4,) and x.device == strategy.device
+
+
+def test_tensor_tuples_and_dataloaders_are_accepted():
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    x, y = torch.zeros(8, 2), torch.arange(8)
+    assert next(iter(strategy.distribute_dataset((x, y), 4)))[1].shape == (4,)
+    loader = torch.utils.data.DataLoader(TensorDataset(x, y), batch_size=3)
+    with pytest.warns(UserWarning, match="batch_size=3 are replaced"):
+        data = strategy.distribute_dataset(loader, 4)
+    assert len(data) == 2
+    with pytest.raises(ValueError, match=r"lengths \[8, 7\]"):
+        strategy.distribute_dataset((x, y[:7]), 4)
