@@ -26,6 +26,7 @@ _EXPORTS = {
     "OneDeviceStrategy": "allgpu.strategies",
     "MirroredStrategy": "allgpu.strategies",
     "MultiWorkerMirroredStrategy": "allgpu.strategies",
+    "CentralStorageStrategy": "allgpu.strategies",
     "fit": "allgpu.train",
     "evaluate": "allgpu.train",
     "History": "allgpu.train",

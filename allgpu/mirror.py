@@ -50,7 +50,7 @@ class ScopeRecorder:
             self.buffers.append(buffer)
 
 
-def mirror_tensors(tensors: Iterable[torch.Tensor], group: ReplicaGroup) -> None:
+def mirror_tensors(tensors: Iterable[torch.Tensor], group: ReplicaGroup, where: str = "strategy.scope() exit") -> None:
     """Move ``tensors`` to the replica's device in place and overwrite them with replica 0's values.
 
     One broadcast per dtype (flattened), as DDP does at construction.
@@ -68,7 +68,7 @@ def mirror_tensors(tensors: Iterable[torch.Tensor], group: ReplicaGroup) -> None
         return
     for dtype, group_tensors in by_dtype.items():
         flat = torch.cat([t.detach().reshape(-1) for t in group_tensors])
-        group.broadcast(flat, src=0, where="strategy.scope() exit")
+        group.broadcast(flat, src=0, where=where)
         offset = 0
         with torch.no_grad():
             for t in group_tensors:

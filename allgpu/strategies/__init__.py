@@ -1,8 +1,9 @@
 """Distribution strategies, one per file: where parameters live and how they are kept in sync."""
 
 from allgpu.strategies.base import Strategy
+from allgpu.strategies.central_storage import CentralStorageStrategy
 from allgpu.strategies.mirrored import MirroredStrategy
 from allgpu.strategies.multi_worker import MultiWorkerMirroredStrategy
 from allgpu.strategies.one_device import OneDeviceStrategy
 
-__all__ = ["Strategy", "OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy"]
+__all__ = ["Strategy", "OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy", "CentralStorageStrategy"]
