@@ -11,6 +11,13 @@ for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "A
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    # The multi-replica tests run CPU replicas on Gloo; on a GPU machine they would otherwise ask for one GPU
+    # per replica. GPU-marked tests (`pytest -m gpu`) keep the GPUs.
+    if "gpu" not in (config.getoption("-m") or ""):
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
 @pytest.fixture
 def run_script(tmp_path):
     """Run a Python script as a user would (``python script.py``); returns the CompletedProcess."""
