@@ -107,13 +107,13 @@ class MirroredStrategy(Strategy):
             names = [str(d) for d in devices]
             if fallback == "error":
                 raise StrategyStartError(
-                    f"MirroredStrategy could not start on {names}: {reason}. Fix: run `allgpu doctor`, or pass "
+                    f"{type(self).__name__} could not start on {names}: {reason}. Fix: run `allgpu doctor`, or pass "
                     "fallback='one_device' to continue on one device."
                 ) from exc
             one = Device("cuda", 0) if cuda_device_count() else Device("cpu", 0)
             self.fallback_reason = reason
             warnings.warn(
-                f"MirroredStrategy could not start on {names}: {reason}. Continuing on one device ({one}) because "
+                f"{type(self).__name__} could not start on {names}: {reason}. Continuing on one device ({one}) because "
                 "fallback='one_device'; pass fallback='error' to stop instead.",
                 RuntimeWarning,
                 stacklevel=3,
