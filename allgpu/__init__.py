@@ -27,6 +27,7 @@ _EXPORTS = {
     "MirroredStrategy": "allgpu.strategies",
     "MultiWorkerMirroredStrategy": "allgpu.strategies",
     "CentralStorageStrategy": "allgpu.strategies",
+    "ParameterServerStrategy": "allgpu.strategies",
     "fit": "allgpu.train",
     "evaluate": "allgpu.train",
     "History": "allgpu.train",

@@ -42,3 +42,7 @@ class ClusterConfigError(AllGpuError, ValueError):
 
 class CheckpointError(AllGpuError, RuntimeError):
     """A checkpoint that is missing, corrupt or does not fit the model."""
+
+
+class UnsupportedError(AllGpuError, RuntimeError):
+    """An operation the chosen strategy does not offer (e.g. a cross-worker reduce under asynchronous training)."""

@@ -5,5 +5,7 @@ from allgpu.strategies.central_storage import CentralStorageStrategy
 from allgpu.strategies.mirrored import MirroredStrategy
 from allgpu.strategies.multi_worker import MultiWorkerMirroredStrategy
 from allgpu.strategies.one_device import OneDeviceStrategy
+from allgpu.strategies.parameter_server import ParameterServerStrategy
 
-__all__ = ["Strategy", "OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy", "CentralStorageStrategy"]
+__all__ = ["Strategy", "OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy", "CentralStorageStrategy",
+           "ParameterServerStrategy"]

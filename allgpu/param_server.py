@@ -1,0 +1,102 @@
+"""The parameter-server side of :class:`~allgpu.strategies.parameter_server.ParameterServerStrategy`.
+
+A parameter-server process holds a shard of the variables and one optimizer over them. Workers call the
+functions below through ``torch.distributed.rpc``: ``create`` (worker 0, once), ``pull``, ``push`` (apply a
+worker's gradients and return the new values) and ``worker_done``. Updates from different workers are applied
+one at a time under a lock, in arrival order, with no barrier between workers: asynchronous SGD as in Dean et
+al., "Large Scale Distributed Deep Networks" (NeurIPS 2012) and TensorFlow's ParameterServerStrategy.
+
+RPC calls module-level functions by name, so each parameter-server process keeps its shard in ``_SHARD``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import torch
+
+
+class Shard:
+    """Variables of one parameter server, their optimizer, and which workers are still alive."""
+
+    def __init__(self, num_workers: int):
+        self.num_workers = num_workers
+        self.params: dict[int, torch.nn.Parameter] = {}
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.cond = threading.Condition()
+        self.pushes: Counter = Counter()
+        self.last_seen: dict[int, float] = {}
+        self.done: set[int] = set()
+        self.started = time.monotonic()
+
+    def finished(self, silence_s: float) -> bool:
+        """Every worker said it is done, or is silent for ``silence_s`` (dead) while the rest are done."""
+        now = time.monotonic()
+        alive = [w for w in range(self.num_workers) if w not in self.done
+                 and now - self.last_seen.get(w, self.started) < silence_s]
+        return not alive and bool(self.done)
+
+
+_SHARD: Shard | None = None
+
+
+def start(num_workers: int) -> Shard:
+    global _SHARD
+    _SHARD = Shard(num_workers)
+    return _SHARD
+
+
+def create(keys: list[int], values: list[torch.Tensor]) -> None:
+    with _SHARD.cond:
+        for key, value in zip(keys, values):
+            _SHARD.params.setdefault(key, torch.nn.Parameter(value.clone()))
+        _SHARD.cond.notify_all()
+
+
+def pull(keys: list[int], timeout_s: float) -> list[torch.Tensor]:
+    with _SHARD.cond:
+        if not _SHARD.cond.wait_for(lambda: all(k in _SHARD.params for k in keys), timeout=timeout_s):
+            raise TimeoutError(f"variables {sorted(set(keys) - set(_SHARD.params))} were never created on this "
+                               "parameter server: worker 0 did not leave strategy.scope() in time.")
+        return [_SHARD.params[k].detach().clone() for k in keys]
+
+
+def push(worker: int, keys: list[int], grads: list[torch.Tensor], optimizer_cls, defaults: dict) -> list:
+    """Apply ``worker``'s gradients with the shard's optimizer; return the updated values."""
+    with _SHARD.cond:
+        if _SHARD.optimizer is None:
+            _SHARD.optimizer = optimizer_cls(list(_SHARD.params.values()), **defaults)
+        for key, grad in zip(keys, grads):
+            _SHARD.params[key].grad = grad
+        _SHARD.optimizer.step()
+        _SHARD.optimizer.zero_grad(set_to_none=True)
+        _SHARD.pushes[worker] += 1
+        _SHARD.last_seen[worker] = time.monotonic()
+        return [_SHARD.params[k].detach().clone() for k in keys]
+
+
+def heartbeat(worker: int) -> None:
+    with _SHARD.cond:
+        _SHARD.last_seen[worker] = time.monotonic()
+
+
+def worker_done(worker: int) -> None:
+    with _SHARD.cond:
+        _SHARD.done.add(worker)
+
+
+def stats() -> dict:
+    """Updates applied per worker, and the workers that said they are done."""
+    with _SHARD.cond:
+        return {"pushes": dict(_SHARD.pushes), "done": sorted(_SHARD.done)}
+
+
+def serve(shard: Shard, silence_s: float) -> dict:
+    """Block until every worker is done or dead; return the final :func:`stats`."""
+    while True:
+        with shard.cond:
+            if shard.finished(silence_s):
+                return {"pushes": dict(shard.pushes), "done": sorted(shard.done)}
+        time.sleep(0.1)
