@@ -32,6 +32,7 @@ _EXPORTS = {
     "evaluate": "allgpu.train",
     "History": "allgpu.train",
     "Callback": "allgpu.progress",
+    "compute_average_loss": "allgpu.losses",
 }
 
 # Submodules reachable as attributes after a bare ``import allgpu`` (``allgpu.checkpoint.save(...)``).

@@ -142,6 +142,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         sums = MetricSums(fns, strategy.device)
         progress.start_epoch(epoch)
         start, seen = time.perf_counter(), 0
+        if isinstance(data, DistributedDataset):
+            data.start_epoch(epoch)  # fit's epoch e is the data's epoch e (unless resuming inside it)
         batches, step = iter(data), 0
         timer.start_epoch(epoch)
         while max_steps_per_epoch is None or step < max_steps_per_epoch:

@@ -12,8 +12,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from allgpu import live
 from allgpu.accumulate import Accumulation
-from allgpu.data import DistributedDataset, InputContext, PerReplicaInput
+from allgpu.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput
 from allgpu.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
 from allgpu.replica_group import REDUCE_OPS, ReplicaGroup
 from allgpu.sync import GradientSync
@@ -33,6 +34,8 @@ class Strategy:
         self._mirrored_ids: set[int] = set()
         self._accumulations: dict[int, Accumulation] = {}
         self._scope_depth = 0
+        self._data_epochs = EpochCounter()
+        live.register(self)
 
     # -- who and where -----------------------------------------------------------------------------------------
     @property
@@ -109,6 +112,12 @@ class Strategy:
 
         Every replica calls ``run`` with its own per-replica values; collectives inside ``fn`` (gradient sync,
         ``reduce``) meet the other replicas' calls.
+
+        Loss convention: gradients are *averaged* across replicas (DDP's convention), where ``tf.distribute``
+        sums them. Inside ``fn`` compute the loss as the mean over this replica's examples (``reduction="mean"``,
+        the default of torch losses); with TensorFlow's spelling, sum over examples divided by the global batch,
+        use :func:`allgpu.compute_average_loss` (a hand-written ``loss.sum() / GLOBAL_BATCH`` would divide the
+        learning rate by ``num_replicas_in_sync``).
         """
         if not callable(fn):
             raise TypeError(f"strategy.run(fn, ...) needs a callable fn; got {type(fn).__name__}.")
@@ -201,13 +210,18 @@ class Strategy:
                            collate_fn: Callable | None = None) -> DistributedDataset:
         """Each replica gets disjoint ``global_batch_size / num_replicas_in_sync``-example batches every step.
 
+        Every iteration is a new epoch with a new order, the same on every replica, and so is a new
+        ``distribute_dataset`` object over the same data (``tf.data``'s ``reshuffle_each_iteration``): the
+        strategy counts epochs per (seed, dataset length, global batch). Randomness drawn inside the dataset's
+        ``__getitem__`` is seeded per (seed, epoch, example index) (see :mod:`allgpu.data_rng`).
         See :class:`allgpu.data.DistributedDataset`. Raises ValueError when the global batch does not divide
         evenly, TypeError for an iterable-style dataset.
         """
         return DistributedDataset(dataset, global_batch_size=global_batch_size, num_replicas=self.num_replicas_in_sync,
                                   rank=self.replica_id_in_sync, device=self.device, shuffle=shuffle, seed=seed,
                                   num_workers=num_workers, drop_remainder=drop_remainder,
-                                  local_replicas=self._local_replicas(), collate_fn=collate_fn)
+                                  local_replicas=self._local_replicas(), collate_fn=collate_fn,
+                                  epochs=self._data_epochs)
 
     def experimental_distribute_dataset(self, dataset, global_batch_size: int, **kwargs) -> DistributedDataset:
         """Alias of :meth:`distribute_dataset`, under ``tf.distribute``'s name."""
@@ -229,6 +243,7 @@ class Strategy:
         """Leave the job: remove hooks, destroy the process group this strategy started."""
         if self._check is not None:
             self._check.close()
+        live.unregister(self)
         self._group.close()
 
 

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from allgpu.cluster import ClusterSpec, from_torchrun_env
 from allgpu.devices import Device, cuda_device_count, resolve_replica_devices, why_no_gpu
 from allgpu.errors import StrategyStartError
+from allgpu.live import check_second
 from allgpu.launch import ScriptReplicas, install_replica_excepthook, launched_settings
 from allgpu.replica_group import ReplicaGroup
 from allgpu.strategies.base import Strategy
@@ -60,12 +61,23 @@ class MirroredStrategy(Strategy):
         self._replicas: ScriptReplicas | None = None
         spec = from_torchrun_env()
         if spec is not None:
+            wanted = len(resolve_replica_devices(num_replicas, devices)) if (num_replicas or devices) else None
+            check_second(type(self).__name__, wanted, joins_group=True)
             group = self._join_launched(spec, timeout, backend)
         elif dist.is_initialized():
+            wanted = len(resolve_replica_devices(num_replicas, devices)) if (num_replicas or devices) else None
+            check_second(type(self).__name__, wanted, joins_group=True)
+            if wanted is not None and wanted != dist.get_world_size():
+                raise StrategyStartError(
+                    f"{type(self).__name__} asks for {wanted} replicas, but this process already belongs to a process "
+                    f"group of {dist.get_world_size()} (torch.distributed.init_process_group was called). Fix: leave "
+                    "devices/num_replicas out to join it, or destroy_process_group() first.")
             group = ReplicaGroup.join(None, _device_for(int(os.environ.get("LOCAL_RANK", dist.get_rank())), None),
                                       timeout, from_env=True)
         else:
-            group = self._start(resolve_replica_devices(num_replicas, devices), timeout, backend, fallback)
+            resolved = resolve_replica_devices(num_replicas, devices)
+            check_second(type(self).__name__, len(resolved), joins_group=False)
+            group = self._start(resolved, timeout, backend, fallback)
         _share_cpu_threads(group)
         super().__init__(group, check_mirrored=True, bucket_cap_mb=bucket_cap_mb,
                          gradient_compression=gradient_compression)
