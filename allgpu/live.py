@@ -68,3 +68,15 @@ def check_second(new_name: str, wanted: int | None, *, joins_group: bool) -> Non
         f"exist once, so a second strategy cannot have its own count. Fix: reuse the first strategy, or call "
         f"first.close() before creating the second (in a script started as plain python, create one strategy)."
     )
+
+
+def check_supported(feature: str, strategy=None) -> None:
+    """Raise UnsupportedError, before any work is done, when ``strategy`` (default: any live strategy) does not
+    offer ``feature`` (``"fit"``, ``"checkpoint"``); its ``unsupported`` dict holds the reason and the fix."""
+    from allgpu.errors import UnsupportedError
+
+    candidates = [strategy] if strategy is not None else [s for s, _ in live()]
+    for s in candidates:
+        reason = getattr(s, "unsupported", {}).get(feature)
+        if reason:
+            raise UnsupportedError(reason)

@@ -46,6 +46,17 @@ class CheckpointPlan:
         self.model = model
         self.optimizer = optimizer
         self.data = data
+        if directory is not None:  # before any training: a run that could not save must not start
+            from allgpu.checkpoint import collective
+            from allgpu.checkpoint.preflight import check_directory
+
+            error = None
+            if collective.rank() == 0:
+                try:
+                    check_directory(directory)
+                except Exception as exc:
+                    error = exc
+            collective.agree(error, f"checking checkpoint_dir={str(directory)!r}")
 
     @property
     def enabled(self) -> bool:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from allgpu.live import check_supported
 from allgpu.data import (DistributedDataset, PerReplicaInput, as_map_dataset, evaluation_shard,
                          per_replica_batch_size)
 from allgpu.metrics import MetricSums, resolve
@@ -108,6 +109,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         ValueError: a bad argument (the message names it). NotMirroredError: see above.
     """
     strategy = strategy or _default_strategy(model)
+    check_supported("fit", strategy)
     session = monitor_session.current()
     if session is not None:  # allgpu doctor --run: monitor a bounded run
         session.fit_calls += 1

@@ -21,6 +21,7 @@ from torch import nn
 import allgpu
 from allgpu.checkpoint import collective, sharded, store
 from allgpu.checkpoint.format import CorruptCheckpointError, read_file, write_file
+from allgpu.checkpoint.preflight import directory_error
 from allgpu.checkpoint.pending import PendingCheckpoint, track, wait_pending
 from allgpu.checkpoint.state import (
     CheckpointState,
@@ -33,6 +34,7 @@ from allgpu.checkpoint.state import (
     load_optimizer,
 )
 from allgpu.errors import CheckpointError
+from allgpu.live import check_supported
 
 FORMAT = 1
 _ASYNC_GROUPS: dict[int, Any] = {}  # default group id -> Gloo group for background sharded writes
@@ -98,12 +100,16 @@ def save(
         TypeError / ValueError: bad arguments, naming which.
         CheckpointError: ``data_state`` or ``extra`` holds something ``weights_only`` loading refuses,
             or a previous background write failed.
-        OSError: the directory cannot be written.
+        CheckpointError: the directory is a file or cannot be written (from the OSError, naming it).
     """
+    check_supported("checkpoint")
     directory = _validate(directory, model, optimizer, epoch, step, data_state, extra, keep)
     wait_pending()  # one write in flight at a time, so checkpoints land in step order
     started = time.perf_counter()
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise directory_error(directory, exc) from exc
     meta = {
         "format": FORMAT,
         "allgpu_version": allgpu.__version__,
@@ -141,6 +147,9 @@ def save(
         if job is not None:
             try:
                 job()
+            except OSError as exc:  # disk full, permissions: a CheckpointError naming the folder, not a raw OSError
+                error = directory_error(directory, exc)
+                error.__cause__ = exc
             except Exception as exc:  # reported to every replica by agree(), never a hang in a barrier
                 error = exc
         collective.agree(error, f"writing checkpoint {final}")
@@ -223,6 +232,7 @@ def restore(
         CheckpointError: nothing valid exists at the path, the explicit checkpoint is corrupt, or the model
             / optimizer does not fit (naming missing and unexpected keys and the fix).
     """
+    check_supported("checkpoint")
     if not isinstance(model, nn.Module):
         raise TypeError(f"restore(model=...) got a {type(model).__name__}; expected a torch.nn.Module")
     path = Path(path_or_directory)

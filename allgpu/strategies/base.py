@@ -64,6 +64,33 @@ class Strategy:
         return self._sync
 
     @property
+    def broadcast_buffers(self) -> bool:
+        """True (default, as DDP): after each synchronising backward, replica 0's buffers (BatchNorm running
+        statistics) overwrite the other replicas', one broadcast per dtype. False: each replica keeps its own."""
+        return self._sync.broadcast_buffers
+
+    @broadcast_buffers.setter
+    def broadcast_buffers(self, value: bool) -> None:
+        self._sync.broadcast_buffers = bool(value)
+
+    def convert_sync_batchnorm(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Replace every ``BatchNorm*d`` in ``module`` by ``torch.nn.SyncBatchNorm`` (statistics over the global
+        batch); call it before ``scope()`` exits or before ``mirror``. Returns the converted module.
+
+        Raises:
+            UnsupportedError: CPU replicas: PyTorch's SyncBatchNorm runs on GPUs only; buffers are then kept
+                identical by the per-step broadcast from replica 0 (``broadcast_buffers``).
+        """
+        if self.num_replicas_in_sync > 1 and self.device.type == "cpu":
+            from allgpu.errors import UnsupportedError
+
+            raise UnsupportedError(
+                "torch.nn.SyncBatchNorm runs on GPUs only, and these replicas are on CPU. Without it each replica "
+                "normalises over its own batch and replica 0's running statistics are broadcast after every step "
+                "(broadcast_buffers=True), as DDP does. Fix: keep BatchNorm as it is on CPU, or use GPU replicas.")
+        return torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
+
+    @property
     def replica_group(self) -> ReplicaGroup:
         return self._group
 
@@ -103,6 +130,7 @@ class Strategy:
         mirror_tensors(params + buffers, self._group)
         self._mirrored_ids.update(id(p) for p in params)
         self._sync.add(params)
+        self._sync.add_buffers(buffers)
         if self._check is not None:
             self._check.add(params)
 

@@ -43,6 +43,8 @@ class MirroredStrategy(Strategy):
         bucket_cap_mb: gradient bucket size in MiB.
         gradient_compression: None, ``"bf16"`` or ``"fp16"``: send float32 gradients in 16 bits (half the
             bytes; for communication-bound jobs, as the step monitor suggests).
+        broadcast_buffers: True (DDP's default): replica 0's buffers (BatchNorm running statistics) are
+            broadcast to every replica after each synchronising backward; False leaves each replica its own.
 
     Raises:
         DeviceError: bad device names (these are never "fallen back" from).
@@ -52,7 +54,7 @@ class MirroredStrategy(Strategy):
 
     def __init__(self, devices=None, *, num_replicas: int | None = None, fallback: str = "one_device",
                  timeout: float = 1800.0, backend: str | None = None, bucket_cap_mb: float = 25.0,
-                 gradient_compression: str | None = None):
+                 gradient_compression: str | None = None, broadcast_buffers: bool = True):
         if fallback not in FALLBACKS:
             raise ValueError(f"fallback={fallback!r}; expected one of {FALLBACKS}.")
         if not timeout or timeout <= 0:
@@ -81,6 +83,7 @@ class MirroredStrategy(Strategy):
         _share_cpu_threads(group)
         super().__init__(group, check_mirrored=True, bucket_cap_mb=bucket_cap_mb,
                          gradient_compression=gradient_compression)
+        self.broadcast_buffers = broadcast_buffers
 
     def _join_launched(self, spec: ClusterSpec, timeout: float, backend: str | None) -> ReplicaGroup:
         devices, error_dir, launched_timeout = launched_settings()
