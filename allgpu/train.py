@@ -127,6 +127,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     plan = CheckpointPlan(checkpoint_dir, every=checkpoint_every, keep=keep_checkpoints, strategy=strategy,
                           model=model, optimizer=optimizer, data=data)
     point = plan.restore() if resume else ResumePoint()
+    _say_resume(point, epochs, strategy, verbose)
     history = History(point.history, point.history_epochs)
     global_step = point.global_step
     steps = len(data) if hasattr(data, "__len__") else None
@@ -213,6 +214,16 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     if session is not None:
         session.reports.extend(history.monitor_reports)
     return history
+
+
+def _say_resume(point: ResumePoint, epochs: int, strategy: Strategy, verbose: bool) -> None:
+    """On every start with a checkpoint_dir, say what was resumed (or why not); warn when nothing is left."""
+    if strategy.is_chief and verbose and point.summary:
+        print(f"allgpu: {point.summary}", flush=True)
+    if point.path and point.epoch >= epochs and strategy.is_chief:
+        warnings.warn(f"fit(epochs={epochs}) has nothing to train: {point.path} already holds {point.epoch} "
+                      "epochs. Fix: raise epochs, use another checkpoint_dir, or resume=False to start over.",
+                      RuntimeWarning, stacklevel=3)
 
 
 def evaluate(model: torch.nn.Module, loss_fn: Callable, data, *, global_batch_size: int,

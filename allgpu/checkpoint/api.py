@@ -138,6 +138,7 @@ def save(
         payload = dict(meta, **state)
 
         def job() -> None:
+            store.set_aside_if_corrupt(final)  # a corrupt file of the same step is moved, not overwritten
             write_file(final, payload)
             store.VERIFIED.add(final)
             store.prune(directory, keep, protect=final)

@@ -169,6 +169,15 @@ def move_aside(path: Path, reason: str = "") -> Path:
     return target
 
 
+def set_aside_if_corrupt(path: Path) -> None:
+    """Before a write replaces ``path``: move it aside if it exists and fails verification (never overwrite it)."""
+    if Path(path).is_file():  # a folder squatting on the name is not a checkpoint: the write fails as it should
+        try:
+            verify(path, use_cache=True)
+        except CorruptCheckpointError as exc:
+            move_aside(path, str(exc))
+
+
 def prune(directory: Path, keep: int | None, *, protect: Path | None = None) -> list[Path]:
     """Delete checkpoints older than the ``keep`` newest verified ones; return what was deleted or moved.
 
