@@ -3,6 +3,10 @@
 Vocabulary follows ``tf.distribute.Strategy``: a *replica* is one process bound to one device;
 ``num_replicas_in_sync`` is the number of replicas (the world size); ``replica_id_in_sync`` is this replica's
 rank. There is no cross-replica context to enter: every replica runs the whole program (SPMD), as under DDP.
+
+**Collectives.** A method documented as a *collective* must be called by every replica, in the same order
+relative to the other collectives (gradient sync in ``backward()`` included); a replica that skips one leaves the
+others waiting until ``timeout``, and the error then names it. Methods not so marked are local to the replica.
 """
 
 from __future__ import annotations
@@ -17,17 +21,22 @@ from allgpu.accumulate import Accumulation
 from allgpu.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput
 from allgpu.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
 from allgpu.replica_group import REDUCE_OPS, ReplicaGroup
-from allgpu.sync import GradientSync
+from allgpu.sync import COMPRESSIONS, GradientSync
 
 
 class Strategy:
     """Where parameters live and how they are kept in sync.
 
-    Subclasses build the :class:`ReplicaGroup` and choose whether unmirrored parameters are errors.
+    Subclass constructors validate their own arguments, obtain a :class:`~allgpu.runtime.placement.Placement`
+    from :mod:`allgpu.runtime` (which starts or joins the job) and pass it here with whether unmirrored
+    parameters are errors; they never start processes themselves.
     """
 
-    def __init__(self, group: ReplicaGroup, *, check_mirrored: bool, bucket_cap_mb: float = 25.0,
+    def __init__(self, placement, *, check_mirrored: bool, bucket_cap_mb: float = 25.0,
                  gradient_compression: str | None = None):
+        validate_sync_options(bucket_cap_mb, gradient_compression)
+        self.placement = placement
+        group = ReplicaGroup.from_placement(placement)
         self._group = group
         self._sync = GradientSync(group, bucket_cap_mb=bucket_cap_mb, compression=gradient_compression)
         self._check = MirrorCheck(group.world_size, group.rank) if check_mirrored else None
@@ -92,7 +101,13 @@ class Strategy:
 
     @property
     def replica_group(self) -> ReplicaGroup:
+        """The job's collectives (:class:`allgpu.replica_group.ReplicaGroup`)."""
         return self._group
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why a multi-device start fell back to one device (``fallback="one_device"``), else None."""
+        return self.placement.fallback_reason
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(replica {self.replica_id_in_sync} of {self.num_replicas_in_sync}, "
@@ -101,7 +116,7 @@ class Strategy:
     # -- variables ---------------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def scope(self) -> Iterator["Strategy"]:
-        """Modules and optimizers created inside are mirrored.
+        """Modules and optimizers created inside are mirrored. A collective (at the outermost exit).
 
         Their parameters are allocated on the replica's device, made identical on every replica (broadcast from
         replica 0) when the outermost scope exits, and their gradients are averaged across replicas by the time
@@ -117,7 +132,9 @@ class Strategy:
         self._mirror(recorder.params, recorder.buffers)
 
     def mirror(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Mirror a module built outside ``scope()`` (loaded from disk, say): move, broadcast, sync. Returns it."""
+        """Mirror a module built outside ``scope()`` (loaded from disk, say): move, broadcast, sync. Returns it.
+
+        A collective: every replica mirrors the same module (replica 0's values are broadcast)."""
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
         self._mirror(list(module.parameters()), list(module.buffers()))
@@ -138,8 +155,8 @@ class Strategy:
     def run(self, fn: Callable, args: tuple = (), kwargs: dict | None = None) -> Any:
         """Run ``fn(*args, **kwargs)`` on this replica and return its result (``tf.distribute.Strategy.run``).
 
-        Every replica calls ``run`` with its own per-replica values; collectives inside ``fn`` (gradient sync,
-        ``reduce``) meet the other replicas' calls.
+        Local: ``run`` itself communicates nothing. Every replica calls it with its own per-replica values, and
+        collectives inside ``fn`` (gradient sync, ``reduce``) meet the other replicas' calls.
 
         Loss convention: gradients are *averaged* across replicas (DDP's convention), where ``tf.distribute``
         sums them. Inside ``fn`` compute the loss as the mean over this replica's examples (``reduction="mean"``,
@@ -164,7 +181,7 @@ class Strategy:
                 elements of all replicas (correct when replicas hold different counts).
 
         Returns:
-            The reduced tensor on this replica's device, identical on every replica.
+            The reduced tensor on this replica's device, identical on every replica. A collective.
 
         Raises:
             ValueError: unknown ``op``. CollectiveTimeoutError: a replica did not arrive in time.
@@ -188,7 +205,8 @@ class Strategy:
         """Concatenate every replica's ``value`` along ``axis``, in replica order (``Strategy.gather``).
 
         Sizes along ``axis`` may differ between replicas (an uneven last batch); other dimensions must match.
-        Returns a tensor of shape ``(sum of sizes along axis, ...)`` on this replica's device.
+        Returns a tensor of shape ``(sum of sizes along axis, ...)`` on this replica's device. A collective (two
+        all-gathers: the sizes, then the padded values).
         """
         tensor = torch.as_tensor(value, device=self.device)
         if tensor.dim() == 0:
@@ -204,7 +222,7 @@ class Strategy:
         return torch.cat([p.narrow(axis, 0, s) for p, s in zip(parts, sizes)], dim=axis)
 
     def barrier(self) -> None:
-        """Wait until every replica reaches this call."""
+        """Wait until every replica reaches this call. A collective."""
         self._group.barrier()
 
     # -- gradients ---------------------------------------------------------------------------------------------
@@ -217,6 +235,7 @@ class Strategy:
 
         The counter lives in the strategy: ``strategy.accumulate(k)`` returns the same object for the same ``k``,
         so ``with strategy.accumulate(4):`` written inside the loop (Accelerate's style) counts correctly too.
+        Local; every replica must use the same ``k``, since the all-reduce of each k-th backward is a collective.
         """
         if k not in self._accumulations:
             self._accumulations[k] = Accumulation(self._sync, k)
@@ -224,7 +243,8 @@ class Strategy:
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
-        """Backward passes inside accumulate gradients locally without all-reduce (DDP's ``no_sync``)."""
+        """Backward passes inside accumulate gradients locally without all-reduce (DDP's ``no_sync``). Local; every
+        replica must enter it for the same backward passes."""
         previous = self._sync.enabled
         self._sync.enabled = False
         try:
@@ -243,7 +263,8 @@ class Strategy:
         strategy counts epochs per (seed, dataset length, global batch). Randomness drawn inside the dataset's
         ``__getitem__`` is seeded per (seed, epoch, example index) (see :mod:`allgpu.data_rng`).
         See :class:`allgpu.data.DistributedDataset`. Raises ValueError when the global batch does not divide
-        evenly, TypeError for an iterable-style dataset.
+        evenly, TypeError for an iterable-style dataset. Local: each replica computes its own shard from the
+        common seed, with no communication.
         """
         return DistributedDataset(dataset, global_batch_size=global_batch_size, num_replicas=self.num_replicas_in_sync,
                                   rank=self.replica_id_in_sync, device=self.device, shuffle=shuffle, seed=seed,
@@ -259,7 +280,7 @@ class Strategy:
         """Call ``dataset_fn(input_context)`` on each replica; its iterable of per-replica batches is fed to the device.
 
         The function shards and batches for itself, using ``input_context.input_pipeline_id`` and
-        ``input_context.get_per_replica_batch_size(global_batch_size)``.
+        ``input_context.get_per_replica_batch_size(global_batch_size)``. Local.
         """
         context = InputContext(self.num_replicas_in_sync, self.replica_id_in_sync, self.num_replicas_in_sync)
         return PerReplicaInput(dataset_fn(context), self.device, context)
@@ -268,11 +289,24 @@ class Strategy:
         return self._group.local_world_size
 
     def close(self) -> None:
-        """Leave the job: remove hooks, destroy the process group this strategy started."""
+        """Leave the job: remove hooks, destroy the process group this strategy started. Every replica calls it
+        (replica 0, which may host the job's store, leaves last)."""
         if self._check is not None:
             self._check.close()
         live.unregister(self)
         self._group.close()
+
+
+def validate_sync_options(bucket_cap_mb: float, gradient_compression: str | None) -> None:
+    """Check gradient-sync arguments before any replica is started.
+
+    Raises:
+        ValueError: ``bucket_cap_mb`` not a positive number of MiB, or an unknown ``gradient_compression``.
+    """
+    if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb <= 0:
+        raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r}; expected a positive number of MiB, e.g. 25.")
+    if gradient_compression not in COMPRESSIONS:
+        raise ValueError(f"gradient_compression={gradient_compression!r}; expected one of {tuple(COMPRESSIONS)}.")
 
 
 def _op_name(op: Any) -> str:

@@ -8,6 +8,7 @@ a job whose replica was killed, without user code.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -25,6 +26,16 @@ class ResumePoint:
     history_epochs: list = field(default_factory=list)
     path: str | None = None
     summary: str = ""  # what was resumed or why training starts from scratch, and what was skipped
+
+    def announce(self, epochs: int, strategy, verbose: bool) -> None:
+        """On every start with a checkpoint_dir, say (replica 0) what was resumed or why not; warn when the
+        checkpoint already holds ``epochs`` or more, since ``fit`` will then train nothing."""
+        if strategy.is_chief and verbose and self.summary:
+            print(f"allgpu: {self.summary}", flush=True)
+        if self.path and self.epoch >= epochs and strategy.is_chief:
+            warnings.warn(f"fit(epochs={epochs}) has nothing to train: {self.path} already holds {self.epoch} "
+                          "epochs. Fix: raise epochs, use another checkpoint_dir, or resume=False to start over.",
+                          RuntimeWarning, stacklevel=3)
 
 
 class CheckpointPlan:
