@@ -53,9 +53,8 @@ def check_second(new_name: str, wanted: int | None, *, joins_group: bool) -> Non
         wanted: replicas the new strategy asks for explicitly (None: whatever is running).
         joins_group: a process group already exists, so the new strategy would join it.
     """
-    from allgpu.strategies.mirrored import MirroredStrategy
-
-    firsts = [(s, site) for s, site in live() if isinstance(s, MirroredStrategy)]
+    # Strategies that start or join a job of their own (MirroredStrategy and its subclasses) say so.
+    firsts = [(s, site) for s, site in live() if getattr(s, "starts_replicas", False)]
     if not firsts or wanted is None:
         return
     first, site = firsts[0]

@@ -193,7 +193,7 @@ def test_parameter_server_refuses_fit_and_checkpoints_up_front(tmp_path):
     import subprocess
     import sys
 
-    from allgpu.launch import free_port
+    from tests.harness import free_port
 
     script = tmp_path / "ps.py"
     script.write_text(PS_SCRIPT)

@@ -144,18 +144,26 @@ def save(
             store.prune(directory, keep, protect=final)
 
     if blocking:
-        error = None
-        if job is not None:
-            try:
-                job()
-            except OSError as exc:  # disk full, permissions: a CheckpointError naming the folder, not a raw OSError
-                error = directory_error(directory, exc)
-                error.__cause__ = exc
-            except Exception as exc:  # reported to every replica by agree(), never a hang in a barrier
-                error = exc
+        error = _run_write(job, directory)
         collective.agree(error, f"writing checkpoint {final}")
         return final
     return track(PendingCheckpoint(final, job, time.perf_counter() - started))
+
+
+def _run_write(job, directory: Path) -> BaseException | None:
+    """Run the write job (replica 0's; None elsewhere); return its error, to be reported to every replica by
+    ``agree`` (never a hang in a barrier). Disk full, permissions: a CheckpointError naming the folder."""
+    if job is None:
+        return None
+    try:
+        job()
+    except OSError as exc:
+        error = directory_error(directory, exc)
+        error.__cause__ = exc
+        return error
+    except Exception as exc:
+        return exc
+    return None
 
 
 def _save_sharded(directory, model, optimizer, meta, keep, blocking, started) -> Path | PendingCheckpoint:

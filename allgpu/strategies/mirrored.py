@@ -36,6 +36,8 @@ class MirroredStrategy(Strategy):
         ClusterConfigError: an incomplete or inconsistent launcher environment.
     """
 
+    starts_replicas = True  # a second strategy in the process must agree with this one's count (allgpu.live)
+
     def __init__(self, devices=None, *, num_replicas: int | None = None, fallback: str = "one_device",
                  timeout: float | None = None, backend: str | None = None, bucket_cap_mb: float = 25.0,
                  gradient_compression: str | None = None, broadcast_buffers: bool = True):
