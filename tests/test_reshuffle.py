@@ -63,6 +63,7 @@ class Augmented(Dataset):
         return torch.tensor([float(i), torch.rand(()).item(), float(np.random.rand()), random.random()])
 
 
+@pytest.mark.replicas  # loader worker processes
 def test_getitem_randomness_is_per_example_and_leaves_the_training_stream_alone():
     strategy = allgpu.OneDeviceStrategy("/cpu:0")
     torch.manual_seed(5)
