@@ -89,6 +89,10 @@ class GradientSync:
     def needed(self) -> bool:
         return self.group.world_size > 1 or self.divisor != 1.0
 
+    def synchronises(self, param: torch.Tensor) -> bool:
+        """True when ``param``'s gradient is averaged by this synchroniser."""
+        return id(param) in self._known
+
     def add(self, params: Iterable[torch.nn.Parameter]) -> None:
         """Register parameters (already identical on every replica); rebuilds the buckets."""
         new = [p for p in params if p.requires_grad and id(p) not in self._known]

@@ -18,6 +18,7 @@ import torch
 
 from allgpu import live
 from allgpu.accumulate import Accumulation
+from allgpu.compiling import CompileOverlap, compile_model
 from allgpu.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput
 from allgpu.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
 from allgpu.replica_group import REDUCE_OPS, ReplicaGroup
@@ -40,6 +41,7 @@ class Strategy:
         self._group = group
         self._sync = GradientSync(group, bucket_cap_mb=bucket_cap_mb, compression=gradient_compression)
         self._check = MirrorCheck(group.world_size, group.rank) if check_mirrored else None
+        self._overlap = CompileOverlap(self._sync)  # a user's torch.compile(model) keeps all-reduce overlapping
         self._mirrored_ids: set[int] = set()
         self._accumulations: dict[int, Accumulation] = {}
         self._scope_depth = 0
@@ -150,6 +152,16 @@ class Strategy:
         self._sync.add_buffers(buffers)
         if self._check is not None:
             self._check.add(params)
+
+    def compile(self, model: torch.nn.Module, *, backend="inductor", **compile_kwargs) -> torch.nn.Module:
+        """``torch.compile(model)`` with the graph split at this strategy's gradient-bucket boundaries.
+
+        Gradient all-reduce then overlaps the compiled backward, as under DDP (Dynamo's ``DDPOptimizer``; see
+        :mod:`allgpu.compiling`). A plain ``torch.compile(model)`` trains the same parameters, but its backward is
+        one graph and every all-reduce waits for its end. ``compile_kwargs`` are ``torch.compile``'s. Local.
+        Returns the compiled module (it shares ``model``'s parameters).
+        """
+        return compile_model(model, self._sync, backend=backend, **compile_kwargs)
 
     # -- computation -------------------------------------------------------------------------------------------
     def run(self, fn: Callable, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -293,6 +305,7 @@ class Strategy:
         (replica 0, which may host the job's store, leaves last)."""
         if self._check is not None:
             self._check.close()
+        self._overlap.close()
         live.unregister(self)
         self._group.close()
 
