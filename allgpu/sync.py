@@ -84,10 +84,11 @@ class GradientSync:
         self.wait_s = 0.0
         self._active = False
         self._next = 0
+        self.stepper = None  # optimizer-in-backward: called with each bucket's parameters once it is averaged
 
     @property
     def needed(self) -> bool:
-        return self.group.world_size > 1 or self.divisor != 1.0
+        return self.group.world_size > 1 or self.divisor != 1.0 or self.stepper is not None
 
     def synchronises(self, param: torch.Tensor) -> bool:
         """True when ``param``'s gradient is averaged by this synchroniser."""
@@ -184,6 +185,8 @@ class GradientSync:
                 for p, view, count in zip(bucket.params, bucket.views, used):
                     if count > 0.5:  # unused on every replica: its grad is left as it was (None), as on one device
                         p.grad = view
+                if self.stepper is not None:  # while the later buckets' all-reduces are still in flight
+                    self.stepper(bucket.params)
             self._broadcast_buffers()
         finally:
             self._active = False

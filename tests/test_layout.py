@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "allgpu"
 LAYERS = {
     "errors": 0, "findings": 0, "devices": 0, "advice": 0, "live": 0,
     "runtime": 1,
-    "ledger": 2, "replica_group": 2, "sync": 2, "mirror": 2, "compiling": 2, "data": 2, "data_rng": 2, "accumulate": 2,
+    "ledger": 2, "replica_group": 2, "sync": 2, "mirror": 2, "compiling": 2, "optim_backward": 2, "data": 2, "data_rng": 2, "accumulate": 2,
     "strategies": 3, "losses": 3,
     "checkpoint": 4,
     "lint": 5, "monitor": 5,  # diagnosis beside the core: import only down

@@ -33,6 +33,8 @@ class Strategy:
     parameters are errors; they never start processes themselves.
     """
 
+    _no_optimizer_in_backward: str | None = None  # why a strategy cannot step inside backward
+
     def __init__(self, placement, *, check_mirrored: bool, bucket_cap_mb: float = 25.0,
                  gradient_compression: str | None = None):
         validate_sync_options(bucket_cap_mb, gradient_compression)
@@ -252,6 +254,33 @@ class Strategy:
         if k not in self._accumulations:
             self._accumulations[k] = Accumulation(self._sync, k)
         return self._accumulations[k]
+
+    def optimizer_in_backward(self, optimizer: torch.optim.Optimizer | None):
+        """Step ``optimizer`` inside every synchronising backward, one gradient bucket at a time, as soon as that
+        bucket's all-reduce completes (:mod:`allgpu.optim_backward`); ``None`` turns it off.
+
+        Do not call ``optimizer.step()`` yourself while it is on (``zero_grad()`` as usual); parameters equal the
+        ordinary step's for elementwise optimizers. Under accumulation the step happens on the k-th backward.
+        Not with ``mixed_precision="fp16"`` (the loss scaler must see every gradient first). Local; every replica
+        must turn it on for the same backward passes. Returns the :class:`~allgpu.optim_backward.BucketStepper`.
+        """
+        from allgpu.optim_backward import BucketStepper
+
+        if optimizer is not None and self._no_optimizer_in_backward:
+            from allgpu.errors import UnsupportedError
+
+            raise UnsupportedError(f"{type(self).__name__} cannot step the optimizer inside backward: "
+                                   f"{self._no_optimizer_in_backward} Fix: call optimizer.step() as usual.")
+        if optimizer is not None:
+            stray = [p for group in optimizer.param_groups for p in group["params"]
+                     if p.requires_grad and not self._sync.synchronises(p)]
+            if stray:
+                raise ValueError(f"optimizer_in_backward: {len(stray)} of the optimizer's parameters (the first of "
+                                 f"shape {tuple(stray[0].shape)}) were not created in strategy.scope(), so no "
+                                 "backward would step them. Fix: build the model in scope() or call "
+                                 "strategy.mirror(model) first.")
+        self._sync.stepper = None if optimizer is None else BucketStepper(optimizer)
+        return self._sync.stepper
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
