@@ -132,7 +132,8 @@ class CompileOverlap:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             self._previous.append((module, DDP._active_ddp_module))
-            DDP._active_ddp_module = _BucketCap(self.sync.bucket_cap_bytes)
+            # Dynamo's DDPOptimizer takes DDP's 1 MiB first bucket here and needs the cap to be at least that.
+            DDP._active_ddp_module = _BucketCap(max(self.sync.bucket_cap_bytes, FIRST_BUCKET_BYTES))
 
     def _leave(self, module: torch.nn.Module, args, output) -> None:
         if torch.compiler.is_compiling():
