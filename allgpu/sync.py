@@ -116,7 +116,7 @@ class GradientSync:
         for p in reversed(self.params):
             nbytes = p.numel() * p.element_size()
             # A small first bucket starts communication early, as DDP's 1 MiB first bucket does.
-            cap = FIRST_BUCKET_BYTES if not self.buckets else self.bucket_cap_bytes
+            cap = min(FIRST_BUCKET_BYTES, self.bucket_cap_bytes) if not self.buckets else self.bucket_cap_bytes
             if current and (size + nbytes > cap or p.dtype != current[0].dtype
                             or p.device != current[0].device):
                 self.buckets.append(_Bucket(current))

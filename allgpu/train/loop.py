@@ -114,7 +114,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     history = History(point.history, point.history_epochs)
     progress = EpochProgress(verbose and strategy.is_chief, epochs, _steps_per_epoch(data, max_steps_per_epoch))
     timer = StepMonitor(strategy, num_workers=getattr(data, "num_workers", None), enabled=bool(monitor))
-    runner = EpochRunner(_compiled(model, strategy, compile), optimizer, loss_fn, strategy, precision, acc, timer, plan, progress,
+    runner = EpochRunner(_compiled(model, strategy, compile), optimizer, loss_fn, strategy, precision, acc, timer,
+                         plan, progress,
                          list(callbacks), max_steps_per_epoch,
                          step_in_backward=bool(optimizer_in_backward))
     end = _EpochEnd(strategy, model, loss_fn, validation_data, global_batch_size, metrics, mixed_precision,
