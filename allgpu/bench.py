@@ -59,7 +59,7 @@ KINDS = ("allgpu", "ddp", "allgpu_oib")  # allgpu_oib: optimizer-in-backward
 
 
 def _replica(kind: str, model_name: str, steps: int, warmup: int, device_kind: str,
-             backend: str | None = None) -> float:
+             backend: str | None = None, global_batch: int | None = None) -> float:
     """One replica's run; returns the job's samples/s (global batch x steps / slowest replica's seconds).
 
     ``backend``: compile the model with ``torch.compile(backend=...)`` (DDP: ``torch.compile(DDP(model))``)."""
@@ -67,7 +67,8 @@ def _replica(kind: str, model_name: str, steps: int, warmup: int, device_kind: s
 
     import allgpu
 
-    builder, shape, classes, global_batch = MODELS[model_name]
+    builder, shape, classes, default_batch = MODELS[model_name]
+    global_batch = global_batch or default_batch
     in_backward = kind == "allgpu_oib"
     if kind.startswith("allgpu"):
         strategy = allgpu.MirroredStrategy()
@@ -162,3 +163,67 @@ def format_comparisons(rows: list[Comparison]) -> str:
         lines.append(f"{r.model:<12} {r.replicas:>8} {r.device:>6} {r.backend or 'no':>9} "
                      f"{r.allgpu_samples_per_s:>17.0f} {r.ddp_samples_per_s:>14.0f} {r.ratio:>10.3f} {oib}")
     return "\n".join(lines)
+
+
+def profile_model(model_name: str, device: str = "cpu", per_device_batch: int | None = None) -> "StepProfile":
+    """Measure one device's training step of a benchmark model (:func:`allgpu.predict.measure`)."""
+    from allgpu.predict import measure
+
+    builder, shape, classes, global_batch = MODELS[model_name]
+    batch = per_device_batch or global_batch
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    model = _build(builder).to(dev)
+    data = _batches(shape, classes, batch, 8, dev, seed=0)
+    state = {"i": 0}
+
+    def make_batch():
+        state["i"] += 1
+        return data[state["i"] % len(data)]
+
+    profile = measure(model, make_batch)
+    profile.label = f"{model_name} on {device}"
+    return profile
+
+
+def _allreduce_time(nbytes: int, repeats: int) -> float:
+    import torch.distributed as dist
+
+    import allgpu
+
+    strategy = allgpu.MirroredStrategy()
+    t = torch.zeros(nbytes // 4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        dist.all_reduce(t)
+    seconds = (time.perf_counter() - start) / repeats
+    strategy.close()
+    return seconds
+
+
+def loopback_interconnect(replicas: int = 2) -> "Interconnect":
+    """Gloo over loopback, measured: latency and bandwidth fitted to all-reduces of 4 KiB and 4 MiB."""
+    import allgpu
+    from allgpu.predict import Interconnect
+
+    small, big = 4096, 4 * 1024 * 1024
+    t_small = allgpu.launch(_allreduce_time, num_replicas=replicas, args=(small, 50))[0]
+    t_big = allgpu.launch(_allreduce_time, num_replicas=replicas, args=(big, 10))[0]
+    factor = 2 * (replicas - 1) / replicas
+    bandwidth = factor * (big - small) / max(t_big - t_small, 1e-9)
+    latency = max(t_small - factor * small / bandwidth, 1e-7) / (2 * (replicas - 1))
+    return Interconnect("Gloo loopback (measured)", 64, bandwidth, latency, bandwidth, latency)
+
+
+def weak_scaling(model_name: str, replicas=(1, 2, 4), steps: int = 100, warmup: int = 10) -> dict[int, float]:
+    """allgpu samples/s at each replica count with the benchmark's per-device batch fixed (weak scaling)."""
+    import allgpu
+
+    global_batch = MODELS[model_name][3]
+    out = {}
+    for n in replicas:
+        out[n] = allgpu.launch(_replica, num_replicas=n, args=("allgpu", model_name, steps, warmup, "cpu", None,
+                                                              global_batch * n))[0]
+    return out

@@ -167,3 +167,66 @@ def measure(model: torch.nn.Module, make_batch, *, optimizer=None, steps: int = 
     return StepProfile(med([r[0] for r in rows]), med([r[1] for r in rows]), med([r[2] for r in rows]),
                        [float(sum(p.numel() * p.element_size() for p in b)) for b in buckets],
                        [med([r[3][j] for r in rows]) for j in range(len(buckets))], int(x.shape[0]))
+
+
+SIZES = [2 ** i for i in range(11)]  # 1 .. 1024
+
+
+def format_table(p: StepProfile, interconnects=INTERCONNECTS, sizes=SIZES) -> str:
+    """Efficiency per interconnect (rows) and device count (columns), then throughput and the accumulation that
+    keeps efficiency >= 90% at the largest size."""
+    lines = [f"measured on one device{(' (' + p.label + ')') if p.label else ''}: step {p.compute_s * 1e3:.2f} ms "
+             f"(forward {p.forward_s * 1e3:.2f}, backward {p.backward_s * 1e3:.2f}, optimizer "
+             f"{p.optimizer_s * 1e3:.2f}), batch {p.batch_per_device}/device, gradients "
+             f"{p.gradient_bytes / 1e6:.2f} MB in {len(p.bucket_bytes)} buckets",
+             "", "scaling efficiency (throughput on N devices / N x one device's), same per-device batch:",
+             f"{'interconnect':<36}" + "".join(f"{n:>6}" for n in sizes)]
+    for ic in interconnects:
+        lines.append(f"{ic.name:<36}" + "".join(f"{efficiency(p, n, ic):>6.2f}" for n in sizes))
+    one = p.batch_per_device / step_seconds(p, 1, interconnects[0])
+    lines += ["", f"samples/s on one device: {one:.0f}; at N devices: N x {one:.0f} x efficiency", "",
+              "accumulation steps (or per-device batch multiple) for >= 90% efficiency:",
+              f"{'interconnect':<36}" + "".join(f"{n:>6}" for n in sizes)]
+    for ic in interconnects:
+        ks = [accumulation_for(p, n, ic) for n in sizes]
+        lines.append(f"{ic.name:<36}" + "".join(f"{(k if k else '>4096')!s:>6}" for k in ks))
+    return "\n".join(lines)
+
+
+def plot(p: StepProfile, path, interconnects=INTERCONNECTS, sizes=SIZES) -> None:
+    """Efficiency vs N, one line per interconnect, to ``path`` (PNG; matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for ic in interconnects:
+        ax.plot(sizes, [efficiency(p, n, ic) for n in sizes], marker="o", label=ic.name)
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1.05)
+    ax.axhline(0.9, color="grey", linestyle=":")
+    ax.set_xlabel("devices")
+    ax.set_ylabel("scaling efficiency")
+    ax.set_title(f"predicted data-parallel scaling{(': ' + p.label) if p.label else ''}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def uniform_profile(step_s: float, gradient_bytes: float, batch: int, *, backward_share: float = 2 / 3,
+                    bucket_mb: float = 25.0, label: str = "") -> StepProfile:
+    """A profile from published figures only (no measurement): backward takes ``backward_share`` of the step and
+    its buckets (1 MiB first, then ``bucket_mb``) become ready evenly through it."""
+    sizes, left, first = [], gradient_bytes, 1024 * 1024
+    while left > 0:
+        take = min(left, first if not sizes else bucket_mb * 1024 * 1024)
+        sizes.append(take)
+        left -= take
+    backward = step_s * backward_share
+    done, ready = 0.0, []
+    for s in sizes:
+        done += s
+        ready.append(backward * done / gradient_bytes)
+    return StepProfile(step_s - backward, backward, 0.0, sizes, ready, batch, label)

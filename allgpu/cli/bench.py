@@ -21,10 +21,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="skip the allgpu optimizer-in-backward side")
     p.add_argument("--scaling", action="store_true", help="also measure 1 replica against N")
     p.add_argument("--json", metavar="PATH", help="write the figures here")
+    p.add_argument("--predict", action="store_true",
+                   help="measure one device's step and predict throughput and efficiency at 1..1024 devices on "
+                        "named interconnects (no multi-device run)")
+    p.add_argument("--plot", metavar="PNG", default="predict.png", help="with --predict: efficiency plot here")
+    p.add_argument("--check", action="store_true",
+                   help="with --predict: also measure 1, 2 and 4 Gloo CPU replicas and print predicted vs measured")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.predict:
+        return _predict(args)
     from allgpu.bench import MODELS, compare, format_comparisons, scaling
 
     names = list(MODELS) if args.model == "all" else [args.model]
@@ -52,4 +60,33 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from allgpu.bench import MODELS, loopback_interconnect, profile_model, weak_scaling
+    from allgpu.predict import efficiency, format_table, plot
+
+    names = list(MODELS) if args.model == "all" else [args.model]
+    out = {}
+    for name in names:
+        profile = profile_model(name, args.device)
+        print(format_table(profile))
+        path = args.plot if len(names) == 1 else args.plot.replace(".png", f"_{name}.png")
+        plot(profile, path)
+        print(f"plot: {path}\n")
+        out[name] = {"profile": profile.__dict__}
+        if args.check:
+            ic = loopback_interconnect(2)
+            measured = weak_scaling(name)
+            print(f"check on this machine, Gloo loopback (fitted: {ic.intra_bw / 1e9:.2f} GB/s, "
+                  f"{ic.intra_lat * 1e6:.0f} us/hop), per-device batch fixed:")
+            print(f"{'replicas':>8} {'predicted eff':>14} {'measured eff':>13}")
+            for n, value in measured.items():
+                print(f"{n:>8} {efficiency(profile, n, ic):>14.2f} {value / (n * measured[1]):>13.2f}")
+            out[name]["check"] = {"measured_samples_per_s": measured,
+                                  "predicted_efficiency": {n: efficiency(profile, n, ic) for n in measured}}
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=2, default=str)
     return 0
