@@ -9,6 +9,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 
+from allgpu.errors import UnknownRuleError
 from allgpu.lint.catalog import RULES, explain
 from allgpu.lint.checker import LintUsageError, check_paths, parse_rule_list
 from allgpu.lint.output import FORMATS
@@ -48,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if cfg.explain:
         try:
             sys.stdout.write(explain(cfg.explain))
-        except KeyError as exc:
-            print(f"allgpu lint: error: {exc.args[0]}", file=sys.stderr)
+        except UnknownRuleError as exc:
+            print(f"allgpu lint: error: {exc}", file=sys.stderr)
             return 2
         return 0
     if cfg.list_rules:
