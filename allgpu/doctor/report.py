@@ -12,7 +12,7 @@ from rich.text import Text
 from allgpu.advice import WorkerAdvice, suggest_workers
 from allgpu.doctor.reading import EnvironmentReading
 from allgpu.doctor.rules import torch_gpus, visibility
-from allgpu.doctor.visible import explain
+from allgpu.devices.visible import explain
 from allgpu.findings import Finding, exit_code
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}

@@ -1,4 +1,4 @@
-"""Device names, discovery and ``CUDA_VISIBLE_DEVICES``.
+"""Device names and discovery (``CUDA_VISIBLE_DEVICES`` itself is parsed in :mod:`allgpu.devices.visible`).
 
 Devices can be named the TensorFlow way or the PyTorch way; all parse to one :class:`Device`:
 
@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from allgpu.devices.visible import explain, parse_visible_devices
 from allgpu.errors import DeviceError
 
 ACCEPTED_FORMS = (
@@ -123,17 +124,13 @@ def parse_devices(names: Iterable) -> list[Device]:
 
 def parse_cuda_visible_devices(value: str | None):
     """Parse ``CUDA_VISIBLE_DEVICES`` the way the CUDA runtime does (indices, ``GPU-``/``MIG-`` UUIDs, empty,
-    ``-1``, repeats, junk); see :mod:`allgpu.doctor.visible`, the one implementation, checked against PyTorch's
+    ``-1``, repeats, junk); see :mod:`allgpu.devices.visible`, the one implementation, checked against PyTorch's
     own parser. Returns its ``VisibleDevices``; ``.effective`` lists the entries that select a GPU."""
-    from allgpu.doctor.visible import parse_visible_devices
-
     return parse_visible_devices(value)
 
 
 def explain_cuda_visible_devices(value: str | None) -> str:
     """One sentence on which GPUs ``CUDA_VISIBLE_DEVICES=value`` leaves visible."""
-    from allgpu.doctor.visible import explain
-
     return explain(parse_cuda_visible_devices(value))
 
 
