@@ -89,8 +89,8 @@ def input_bound(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> 
         f"{who} waited for input ({shares} of step time; threshold {t.input:.0%}): the device idles while the "
         "next batch is loaded.",
         fix=f"Feed faster: more loader workers ({current}; distribute_dataset(..., num_workers='auto') picks "
-        f"{WORKERS_RULE}, the number `allgpu doctor` prints; or DataLoader(num_workers=N)), keep prefetch on (prefetch_factor) and pinned "
-        "memory (pin_memory=True) for the host-to-device copy, and move slow decoding or augmentation out of "
+        f"{WORKERS_RULE}, the number `allgpu doctor` prints; or DataLoader(num_workers=N)), keep prefetch on "
+        "(prefetch_factor) and pinned memory (pin_memory=True) for the host-to-device copy, and move slow decoding or augmentation out of "
         "__getitem__ (precompute or cache it).",
     )]
 

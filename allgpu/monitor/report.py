@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from allgpu.errors import ArgumentError
 from allgpu.findings import Finding
 from allgpu.monitor.figures import PHASES, ReplicaFigures
 
@@ -98,11 +99,11 @@ def write_run_report(reports: list[EpochReport], directory) -> list[Path]:
     The PNG has one panel per replica: stacked bars of the time split (% of step time) per epoch.
 
     Raises:
-        ValueError: no epoch has been reported yet (``end_epoch`` was never called).
+        ArgumentError: (a ``ValueError``) no epoch has been reported yet (``end_epoch`` was never called).
     """
     if not reports:
-        raise ValueError("write_report(): no epoch to report. Fix: call monitor.end_epoch() at the end of each "
-                         "epoch first.")
+        raise ArgumentError("write_report(): no epoch to report. Fix: call monitor.end_epoch() at the end of each "
+                            "epoch first.")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / "monitor.json"
