@@ -59,6 +59,22 @@ class Location:
         return str(self)
 
 
+class _Alias:
+    """A read-only attribute that reads another one, following a path (``location.path``); None past a None."""
+
+    def __init__(self, *path: str, doc: str):
+        self.path, self.__doc__ = path, doc
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        for name in self.path:
+            obj = getattr(obj, name)
+            if obj is None:
+                return None
+        return obj
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing a diagnosis tool found, with its fix.
@@ -100,24 +116,13 @@ class Finding:
         object.__setattr__(self, "evidence", tuple(self.evidence))
 
     # Compat aliases, read-only: lint's and doctor's former attribute names.
-    @property
-    def rule_id(self) -> str:
-        """Lint's name for :attr:`id`."""
-        return self.id
-
-    @property
-    def cause(self) -> str:
-        """Doctor's name for :attr:`message`."""
-        return self.message
-
-    def _at(self, name: str):
-        return getattr(self.location, name) if self.location is not None else None
-
-    path = property(lambda self: self._at("path"), doc="Lint: ``location.path``; None without a location.")
-    line = property(lambda self: self._at("line"), doc="Lint: ``location.line``; None without a location.")
-    col = property(lambda self: self._at("col"), doc="Lint: ``location.col``; None without a location.")
-    cell = property(lambda self: self._at("cell"), doc="Lint: ``location.cell``; None without a location.")
-    file_line = property(lambda self: self._at("file_line"), doc="Lint: ``location.file_line``.")
+    rule_id = _Alias("id", doc="Lint's name for :attr:`id`.")
+    cause = _Alias("message", doc="Doctor's name for :attr:`message`.")
+    path = _Alias("location", "path", doc="Lint: ``location.path``; None without a location.")
+    line = _Alias("location", "line", doc="Lint: ``location.line``; None without a location.")
+    col = _Alias("location", "col", doc="Lint: ``location.col``; None without a location.")
+    cell = _Alias("location", "cell", doc="Lint: ``location.cell``; None without a location or outside a notebook.")
+    file_line = _Alias("location", "file_line", doc="Lint: ``location.file_line``; None when unknown.")
 
     @property
     def rank(self) -> int:

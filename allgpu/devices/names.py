@@ -1,19 +1,6 @@
-"""Device names and discovery (``CUDA_VISIBLE_DEVICES`` itself is parsed in :mod:`allgpu.devices.visible`).
-
-Devices can be named the TensorFlow way or the PyTorch way; all parse to one :class:`Device`:
-
-=========================================  ====================
-name                                       Device
-=========================================  ====================
-``"/gpu:1"``, ``"/GPU:1"``, ``"GPU:1"``    ``Device("cuda", 1)``
-``"cuda:1"``, ``"cuda"``                   ``Device("cuda", 1)``, ``Device("cuda", 0)``
-``"/cpu:0"``, ``"CPU:0"``, ``"cpu"``       ``Device("cpu", 0)``
-``"/job:worker/replica:0/task:1/device:GPU:0"``  ``Device("cuda", 0)`` (job/task kept in ``.task``)
-=========================================  ====================
-
-Indices are *visible* indices, as in both frameworks: with ``CUDA_VISIBLE_DEVICES=2,3`` the name ``"/gpu:0"``
-means physical GPU 2. :func:`explain_cuda_visible_devices` says what the variable does.
-"""
+"""Device names and discovery: TensorFlow and PyTorch names parsed to one :class:`Device` (the accepted forms
+are tabled in :mod:`allgpu.devices`), the GPUs this process sees, and the devices a job's replicas use.
+``CUDA_VISIBLE_DEVICES`` itself is parsed in :mod:`allgpu.devices.visible`."""
 
 from __future__ import annotations
 

@@ -31,6 +31,28 @@ __all__ = ["Finding", "Thresholds", "communication_bound", "diagnose", "host_bou
            "stragglers"]
 
 
+# Each rule's fix, a str.format template the rule fills in.
+FIXES = {
+    "input-bound": (
+        "Feed faster: more loader workers ({current}; distribute_dataset(..., num_workers='auto') picks {rule}"
+        ", the number `allgpu doctor` prints; or DataLoader(num_workers=N)), keep prefetch on (prefetch_factor) and "
+        "pinned memory (pin_memory=True) for the host-to-device copy, and move slow decoding or augmentation out "
+        "of __getitem__ (precompute or cache it)."),
+    "communication-bound": (
+        "All-reduce less often or send less: gradient accumulation (strategy.accumulate(k) or "
+        "fit(accumulation_steps=k)), a bigger per-replica batch (now {batch} examples) so each all-reduce pays for "
+        "more compute, and bf16 gradient compression (MirroredStrategy(gradient_compression='bf16')) to halve the "
+        "bytes sent; across machines, check the interconnect (NCCL_DEBUG=INFO names the transport)."),
+    "straggler": (
+        "Find what slows replica {replica}: another process on its device (run `allgpu doctor`; nvidia-smi), a "
+        "slower or throttled GPU, work only it does inside the step (logging, checkpoints, evaluation: move it "
+        "after the step or spread it), or uneven batch shapes (bucket by length)."),
+    "host-bound": (
+        "Give each launch more work: a larger per-replica batch, torch.compile(model) to fuse small kernels, fewer "
+        "per-step host syncs (.item(), .cpu(), print) and logging every N steps instead of every step."),
+}
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """Rule thresholds. Fractions are shares of step time (0-1); ``straggler`` is a ratio to the median."""
@@ -67,16 +89,20 @@ def _who(replicas: list[ReplicaFigures], total: int) -> tuple[int | None, str]:
     return None, "replicas " + ", ".join(str(f.replica) for f in replicas)
 
 
-def _pct(figure: ReplicaFigures, phase: str) -> str:
-    return f"{100 * figure.fraction(phase):.0f}%"
+def _over(figures: list[ReplicaFigures], phase: str, limit: float):
+    """``(slow replicas, replica or None, "who", "replica r NN%, ...")`` for the replicas whose ``phase`` share of
+    step time is over ``limit``; ``([], None, "", "")`` when none is."""
+    slow = [f for f in figures if f.fraction(phase) > limit]
+    if not slow:
+        return [], None, "", ""
+    replica, who = _who(slow, len(figures))
+    return slow, replica, who, ", ".join(f"replica {f.replica} {100 * f.fraction(phase):.0f}%" for f in slow)
 
 
 def input_bound(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> list[Finding]:
-    slow = [f for f in figures if f.fraction("input") > t.input]
+    slow, replica, who, shares = _over(figures, "input", t.input)
     if not slow:
         return []
-    replica, who = _who(slow, len(figures))
-    shares = ", ".join(f"replica {f.replica} {_pct(f, 'input')}" for f in slow)
     workers = {f.num_workers for f in slow if f.num_workers is not None}
     if workers:
         now = ", ".join(map(str, sorted(workers)))
@@ -84,15 +110,10 @@ def input_bound(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> 
                                                else "")
     else:
         current = "num_workers is unknown here"
-    return [Finding(
-        "input-bound", "warning", replica=replica, message=
-        f"{who} waited for input ({shares} of step time; threshold {t.input:.0%}): the device idles while the "
-        "next batch is loaded.",
-        fix=f"Feed faster: more loader workers ({current}; distribute_dataset(..., num_workers='auto') picks "
-        f"{WORKERS_RULE}, the number `allgpu doctor` prints; or DataLoader(num_workers=N)), keep prefetch on "
-        "(prefetch_factor) and pinned memory (pin_memory=True) for the host-to-device copy, and move slow decoding or augmentation out of "
-        "__getitem__ (precompute or cache it).",
-    )]
+    message = (f"{who} waited for input ({shares} of step time; threshold {t.input:.0%}): the device idles while "
+               "the next batch is loaded.")
+    return [Finding("input-bound", "warning", message, FIXES["input-bound"].format(current=current, rule=WORKERS_RULE),
+                    replica=replica)]
 
 
 def communication_bound(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> list[Finding]:
@@ -103,16 +124,10 @@ def communication_bound(figures: list[ReplicaFigures], t: Thresholds = Threshold
         return []
     per_replica = [f.samples / f.steps for f in figures if f.steps]
     batch = f"{statistics.median(per_replica):g}" if per_replica else "?"
-    return [Finding(
-        "communication-bound", "warning", message=
-        f"every replica waited on the gradient all-reduce beyond the backward overlap for at least "
-        f"{100 * least.typical_comm_fraction:.0f}% of a typical step (replica {least.replica}, the one that waits "
-        f"least; threshold {t.comm:.0%}).",
-        fix=f"All-reduce less often or send less: gradient accumulation (strategy.accumulate(k) or "
-        f"fit(accumulation_steps=k)), a bigger per-replica batch (now {batch} examples) so each all-reduce pays "
-        "for more compute, and bf16 gradient compression (MirroredStrategy(gradient_compression='bf16')) to "
-        "halve the bytes sent; across machines, check the interconnect (NCCL_DEBUG=INFO names the transport).",
-    )]
+    message = (f"every replica waited on the gradient all-reduce beyond the backward overlap for at least "
+               f"{100 * least.typical_comm_fraction:.0f}% of a typical step (replica {least.replica}, the one that "
+               f"waits least; threshold {t.comm:.0%}).")
+    return [Finding("communication-bound", "warning", message, FIXES["communication-bound"].format(batch=batch))]
 
 
 def stragglers(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> list[Finding]:
@@ -124,31 +139,22 @@ def stragglers(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> l
     for f in figures:
         mine = compute[f.replica]
         if mine > t.straggler * median and mine - median > t.straggler_min_excess_s:
-            out.append(Finding(
-                "straggler", "warning", replica=f.replica, message=
-                f"replica {f.replica} ({f.device} on {f.host}) computes {1000 * mine:.1f} ms a step, "
-                f"{mine / median:.2f}x the median {1000 * median:.1f} ms (threshold {t.straggler:g}x); every other "
-                "replica waits for it at each all-reduce.",
-                fix=f"Find what slows replica {f.replica}: another process on its device (run `allgpu doctor`; "
-                "nvidia-smi), a slower or throttled GPU, work only it does inside the step (logging, checkpoints, "
-                "evaluation: move it after the step or spread it), or uneven batch shapes (bucket by length).",
-            ))
+            message = (f"replica {f.replica} ({f.device} on {f.host}) computes {1000 * mine:.1f} ms a step, "
+                       f"{mine / median:.2f}x the median {1000 * median:.1f} ms (threshold {t.straggler:g}x); every "
+                       "other replica waits for it at each all-reduce.")
+            out.append(Finding("straggler", "warning", message, FIXES["straggler"].format(replica=f.replica),
+                               replica=f.replica))
     return out
 
 
 def host_bound(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> list[Finding]:
-    slow = [f for f in figures if f.fraction("other") > t.other]
+    slow, replica, who, shares = _over(figures, "other", t.other)
     if not slow:
         return []
-    replica, who = _who(slow, len(figures))
-    shares = ", ".join(f"replica {f.replica} {_pct(f, 'other')}" for f in slow)
-    return [Finding(
-        "host-bound", "warning", replica=replica, message=
-        f"{who} spent time outside input, compute, communication and optimizer ({shares} of step time; "
-        f"threshold {t.other:.0%}): Python overhead between many small kernels, host syncs or per-step logging.",
-        fix="Give each launch more work: a larger per-replica batch, torch.compile(model) to fuse small kernels, "
-        "fewer per-step host syncs (.item(), .cpu(), print) and logging every N steps instead of every step.",
-    )]
+    message = (f"{who} spent time outside input, compute, communication and optimizer ({shares} of step time; "
+               f"threshold {t.other:.0%}): Python overhead between many small kernels, host syncs or per-step "
+               "logging.")
+    return [Finding("host-bound", "warning", message, FIXES["host-bound"], replica=replica)]
 
 
 def idle_devices(figures: list[ReplicaFigures]) -> list[Finding]:
