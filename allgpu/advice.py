@@ -57,19 +57,17 @@ def cpu_affinity() -> int:
     return os.cpu_count() or 1
 
 
-def cpu_quota() -> float | None:
-    """cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``, in cores; None when unlimited or
-    unreadable (never raises)."""
+def cpu_quota(cgroup: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The cgroup CPU quota in cores: v2 ``cpu.max`` or v1 ``cpu/cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` under
+    ``cgroup``; None when unlimited or unreadable (never raises)."""
     try:
-        text = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if text[0] != "max":
-            return _finite(int(text[0]) / int(text[1]))
-        return None
+        text = (cgroup / "cpu.max").read_text().split()
+        return _finite(int(text[0]) / int(text[1])) if text[0] != "max" else None
     except (OSError, ValueError, IndexError, ZeroDivisionError):
         pass
     try:
-        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
-        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        quota = int((cgroup / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((cgroup / "cpu" / "cpu.cfs_period_us").read_text())
     except (OSError, ValueError):
         return None
     return _finite(quota / period) if quota > 0 and period > 0 else None
