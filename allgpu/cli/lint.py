@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 
 from allgpu.errors import UnknownRuleError
+from allgpu.findings import exit_code
 from allgpu.lint.catalog import RULES, explain
 from allgpu.lint.checker import LintUsageError, check_paths, parse_rule_list
 from allgpu.lint.output import FORMATS
@@ -66,4 +67,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"allgpu lint: error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(FORMATS[cfg.fmt](findings, n_files))
-    return 1 if findings else 0
+    return exit_code(findings, fail_on="info")  # any finding fails the run, info included
