@@ -10,10 +10,13 @@ Glossary (``tf.distribute``'s, with PyTorch's names beside it):
 Names are imported on first use, so ``allgpu lint`` and ``allgpu doctor`` start without importing torch.
 """
 
+import importlib.abc
+import importlib.util
+import sys
 from importlib import import_module
 
-# Eager, and torch-free: importing the submodule allgpu.launch later would otherwise shadow the function.
-from allgpu.launch import launch
+# Eager, and torch-free: a submodule named allgpu.launch would otherwise shadow the function.
+from allgpu.runtime.launch import launch
 
 __version__ = "0.1.0"
 
@@ -31,12 +34,42 @@ _EXPORTS = {
     "fit": "allgpu.train",
     "evaluate": "allgpu.train",
     "History": "allgpu.train",
-    "Callback": "allgpu.progress",
+    "Callback": "allgpu.train",
+    "Placement": "allgpu.runtime.placement",
 }
+
+# Modules that moved in the 0.2 reshape, still importable under their old names (``import allgpu.tf_config``).
+_MOVED = {
+    "allgpu.cluster": "allgpu.runtime.cluster",
+    "allgpu.tf_config": "allgpu.runtime.cluster",
+    "allgpu.elastic": "allgpu.runtime.elastic",
+    "allgpu._replica": "allgpu.runtime.replica_main",
+    "allgpu.param_server": "allgpu.strategies.ps_server",
+    "allgpu.progress": "allgpu.train.progress",
+    "allgpu.metrics": "allgpu.train.metrics",
+    "allgpu.resume": "allgpu.train.checkpoint_plan",
+}
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves a moved module under its old name: the same module object, not a copy."""
+
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name in _MOVED else None
+
+    def create_module(self, spec):
+        return import_module(_MOVED[spec.name])
+
+    def exec_module(self, module):
+        pass
+
+
+if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
+    sys.meta_path.append(_MovedModuleFinder())
 
 # Submodules reachable as attributes after a bare ``import allgpu`` (``allgpu.checkpoint.save(...)``).
 _SUBMODULES = ("checkpoint", "monitor", "doctor", "lint", "data", "devices", "strategies", "train", "errors",
-               "cluster", "tf_config", "elastic", "bench", "demo")
+               "runtime", "cluster", "tf_config", "elastic", "bench", "demo")
 
 __all__ = sorted([*_EXPORTS, "launch"])
 

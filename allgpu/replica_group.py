@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import atexit
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from allgpu.cluster import ClusterSpec
 from allgpu.errors import CollectiveTimeoutError, ReplicaFailedError
 from allgpu.ledger import Ledger
 
@@ -27,10 +25,6 @@ REDUCE_OPS = {
     "max": dist.ReduceOp.MAX,
     "min": dist.ReduceOp.MIN,
 }
-
-
-def default_backend(device: torch.device) -> str:
-    return "nccl" if device.type == "cuda" else "gloo"
 
 
 class ReplicaGroup:
@@ -61,37 +55,18 @@ class ReplicaGroup:
         return cls(0, 1, device, 0.0, owns_group=False)
 
     @classmethod
-    def join(
-        cls, spec: ClusterSpec, device: torch.device, timeout_s: float, *, from_env: bool, backend: str | None = None
-    ) -> "ReplicaGroup":
-        """Join (or start) the job's default process group.
+    def from_placement(cls, placement) -> "ReplicaGroup":
+        """The group of a placed replica (:class:`allgpu.runtime.placement.Placement`).
 
-        ``from_env``: the spec was read from this process's environment, so the ``env://`` rendezvous applies
-        (under torchrun it reuses the elastic agent's store); otherwise ``tcp://MASTER_ADDR:MASTER_PORT``.
-
-        Raises:
-            RuntimeError: from ``torch.distributed.init_process_group`` (rendezvous timeout, NCCL missing).
+        When this process started the process group, it also leaves it at exit (left to interpreter shutdown,
+        Gloo's threads can abort the process) and the replicas meet once here, so a replica that never
+        connected is a start failure named now, not in the first training step. A collective.
         """
-        owns = False
-        if not dist.is_initialized():
-            backend = backend or default_backend(device)
-            if device.type == "cuda":
-                torch.cuda.set_device(device)
-            kwargs = {"device_id": device} if backend == "nccl" else {}
-            dist.init_process_group(
-                backend,
-                init_method="env://" if from_env else f"tcp://{spec.master_addr}:{spec.master_port}",
-                **({} if from_env else {"rank": spec.rank, "world_size": spec.world_size}),
-                timeout=timedelta(seconds=timeout_s),
-                **kwargs,
-            )
-            owns = True
-        group = cls(dist.get_rank(), dist.get_world_size(), device, timeout_s, owns_group=owns,
-                    local_world_size=spec.local_world_size if spec is not None else None)
-        if owns:
-            # Left to interpreter shutdown, Gloo's threads can abort the process (std::terminate).
+        group = cls(placement.rank, placement.world_size, placement.device, placement.timeout_s,
+                    owns_group=placement.owns_group, local_world_size=placement.local_world_size)
+        if placement.owns_group:
             atexit.register(group.close)
-            group.barrier(where="process-group start")  # every replica connected, or a start failure here
+            group.barrier(where="process-group start")
         return group
 
     # -- collectives -------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from allgpu.elastic import parse_nnodes, plan, resolve_nproc
+from allgpu.runtime.elastic import parse_nnodes, plan, resolve_nproc
 from allgpu.errors import ClusterConfigError, DeviceError
 
 ALLREDUCE = """

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import allgpu
-from allgpu.launch import free_port
+from allgpu.runtime.replicas import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 

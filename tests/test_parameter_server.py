@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from allgpu.launch import free_port
+from allgpu.runtime.replicas import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 

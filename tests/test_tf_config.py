@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from allgpu.cluster import ClusterSpec, from_env
+from allgpu.runtime.cluster import ClusterSpec, from_env
 from allgpu.errors import ClusterConfigError
-from allgpu.tf_config import from_tf_config_env, parse_tf_config
+from allgpu.runtime.cluster import from_tf_config_env, parse_tf_config
 
 
 def tf(cluster, task) -> str:

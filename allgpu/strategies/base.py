@@ -16,17 +16,22 @@ from allgpu.accumulate import Accumulation
 from allgpu.data import DistributedDataset, InputContext, PerReplicaInput
 from allgpu.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
 from allgpu.replica_group import REDUCE_OPS, ReplicaGroup
-from allgpu.sync import GradientSync
+from allgpu.sync import COMPRESSIONS, GradientSync
 
 
 class Strategy:
     """Where parameters live and how they are kept in sync.
 
-    Subclasses build the :class:`ReplicaGroup` and choose whether unmirrored parameters are errors.
+    Subclass constructors validate their own arguments, obtain a :class:`~allgpu.runtime.placement.Placement`
+    from :mod:`allgpu.runtime` (which starts or joins the job) and pass it here with whether unmirrored
+    parameters are errors; they never start processes themselves.
     """
 
-    def __init__(self, group: ReplicaGroup, *, check_mirrored: bool, bucket_cap_mb: float = 25.0,
+    def __init__(self, placement, *, check_mirrored: bool, bucket_cap_mb: float = 25.0,
                  gradient_compression: str | None = None):
+        validate_sync_options(bucket_cap_mb, gradient_compression)
+        self.placement = placement
+        group = ReplicaGroup.from_placement(placement)
         self._group = group
         self._sync = GradientSync(group, bucket_cap_mb=bucket_cap_mb, compression=gradient_compression)
         self._check = MirrorCheck(group.world_size, group.rank) if check_mirrored else None
@@ -62,7 +67,13 @@ class Strategy:
 
     @property
     def replica_group(self) -> ReplicaGroup:
+        """The job's collectives (:class:`allgpu.replica_group.ReplicaGroup`)."""
         return self._group
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why a multi-device start fell back to one device (``fallback="one_device"``), else None."""
+        return self.placement.fallback_reason
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(replica {self.replica_id_in_sync} of {self.num_replicas_in_sync}, "
@@ -230,6 +241,18 @@ class Strategy:
         if self._check is not None:
             self._check.close()
         self._group.close()
+
+
+def validate_sync_options(bucket_cap_mb: float, gradient_compression: str | None) -> None:
+    """Check gradient-sync arguments before any replica is started.
+
+    Raises:
+        ValueError: ``bucket_cap_mb`` not a positive number of MiB, or an unknown ``gradient_compression``.
+    """
+    if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb <= 0:
+        raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r}; expected a positive number of MiB, e.g. 25.")
+    if gradient_compression not in COMPRESSIONS:
+        raise ValueError(f"gradient_compression={gradient_compression!r}; expected one of {tuple(COMPRESSIONS)}.")
 
 
 def _op_name(op: Any) -> str:

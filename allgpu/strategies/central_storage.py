@@ -31,11 +31,12 @@ class CentralStorageStrategy(MirroredStrategy):
     """
 
     def __init__(self, devices=None, *, num_replicas: int | None = None, central_device="/cpu:0",
-                 fallback: str = "one_device", timeout: float = 1800.0, backend: str | None = None,
+                 fallback: str = "one_device", timeout: float | None = None, backend: str | None = None,
                  bucket_cap_mb: float = 25.0):
+        central = parse_device(central_device).torch_device()  # a bad name fails before any replica starts
         super().__init__(devices, num_replicas=num_replicas, fallback=fallback, timeout=timeout, backend=backend,
                          bucket_cap_mb=bucket_cap_mb)
-        self.central_device = parse_device(central_device).torch_device()
+        self.central_device = central
         self._central: dict[int, torch.Tensor] = {}  # id(param) -> central copy, on replica 0 only
         self._owned: set[int] = set()
         self._swapped: list[tuple[torch.nn.Parameter, torch.Tensor, torch.Tensor | None]] = []

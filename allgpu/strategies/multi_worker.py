@@ -12,9 +12,8 @@ Who is in the job comes from, in order:
 
 from __future__ import annotations
 
-from allgpu.cluster import from_torchrun_env
+from allgpu.runtime.cluster import from_tf_config_env, from_torchrun_env
 from allgpu.strategies.mirrored import MirroredStrategy
-from allgpu.tf_config import from_tf_config_env
 
 
 class MultiWorkerMirroredStrategy(MirroredStrategy):
@@ -34,7 +33,7 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
     """
 
     def __init__(self, cluster_resolver=None, *, devices=None, num_replicas: int | None = None,
-                 fallback: str = "error", timeout: float = 1800.0, backend: str | None = None,
+                 fallback: str = "error", timeout: float | None = None, backend: str | None = None,
                  bucket_cap_mb: float = 25.0, gradient_compression: str | None = None):
         if cluster_resolver is not None:
             raise ValueError("cluster_resolver is not supported; describe the cluster with TF_CONFIG or start the "
@@ -43,11 +42,10 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
         super().__init__(devices, num_replicas=num_replicas, fallback=fallback, timeout=timeout, backend=backend,
                          bucket_cap_mb=bucket_cap_mb, gradient_compression=gradient_compression)
 
-    def _start(self, devices, timeout, backend, fallback, placement=None):
+    def _cluster(self):
         if self._tf_config is None:
-            return super()._start(devices, timeout, backend, fallback, placement)
-        return super()._start(devices, timeout, backend, fallback,
-                              placement=self._tf_config.to_cluster_spec(len(devices), 0))
+            return None
+        return lambda local_replicas: self._tf_config.to_cluster_spec(local_replicas, 0)
 
     @property
     def worker_index(self) -> int:

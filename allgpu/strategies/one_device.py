@@ -5,11 +5,10 @@ Useful to write code once against the strategy API and to compare a single repli
 
 from __future__ import annotations
 
-from allgpu.devices import parse_device
+from allgpu.devices import cuda_device_count, parse_device, why_no_gpu
 from allgpu.errors import DeviceError
-from allgpu.replica_group import ReplicaGroup
+from allgpu.runtime.placement import Placement
 from allgpu.strategies.base import Strategy
-from allgpu.devices import cuda_device_count, why_no_gpu
 
 
 class OneDeviceStrategy(Strategy):
@@ -28,4 +27,4 @@ class OneDeviceStrategy(Strategy):
             count = cuda_device_count()
             reason = why_no_gpu() if count == 0 else f"only {count} GPUs are visible"
             raise DeviceError(f"OneDeviceStrategy({device!r}): that GPU is not available: {reason}")
-        super().__init__(ReplicaGroup.single(parsed.torch_device()), check_mirrored=False)
+        super().__init__(Placement.single(parsed.torch_device()), check_mirrored=False)

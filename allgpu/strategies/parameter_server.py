@@ -17,17 +17,16 @@ collective, so no global barrier: a slow worker does not hold the others back, a
 from __future__ import annotations
 
 import atexit
-import os
-import sys
 
 import torch
 import torch.distributed.rpc as rpc
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from allgpu import param_server
-from allgpu.cluster import from_torchrun_env
 from allgpu.errors import ClusterConfigError, UnsupportedError
-from allgpu.replica_group import ReplicaGroup
+from allgpu.runtime import env as launch_env
+from allgpu.runtime.cluster import from_torchrun_env
+from allgpu.runtime.placement import Placement, launched_device
+from allgpu.strategies import ps_server as param_server
 from allgpu.strategies.base import Strategy
 
 
@@ -61,17 +60,13 @@ class ParameterServerStrategy(Strategy):
         self.timeout = timeout
         self.is_ps = spec.rank >= self.num_workers
         self.task_index = spec.rank - self.num_workers if self.is_ps else spec.rank
-        name = f"ps{self.task_index}" if self.is_ps else f"worker{self.task_index}"
         options = rpc.TensorPipeRpcBackendOptions(init_method="env://", rpc_timeout=timeout)
-        shard = param_server.start(self.num_workers) if self.is_ps else None
-        rpc.init_rpc(name, rank=spec.rank, world_size=spec.world_size, rpc_backend_options=options)
-        if self.is_ps:
-            param_server.serve(shard, worker_silence_s or timeout)
-            rpc.shutdown(graceful=False)
-            sys.exit(0)
-        device = torch.device("cpu") if os.environ.get("ALLGPU_DEVICE") == "cpu" or not torch.cuda.is_available() \
-            else torch.device("cuda", spec.local_rank % torch.cuda.device_count())
-        super().__init__(ReplicaGroup.single(device), check_mirrored=True)
+        if self.is_ps:  # serves until the workers are done, then ends this process: the script stops here
+            param_server.run_server(spec.rank, spec.world_size, self.task_index, self.num_workers, options,
+                                    worker_silence_s or timeout)
+        rpc.init_rpc(f"worker{self.task_index}", rank=spec.rank, world_size=spec.world_size, rpc_backend_options=options)
+        device = launched_device(spec.local_rank, launch_env.read())
+        super().__init__(Placement.single(device, timeout), check_mirrored=True)
         self._keys: dict[int, int] = {}  # id(param) -> variable key
         self._params: dict[int, torch.nn.Parameter] = {}
         self._stash: list[tuple[torch.nn.Parameter, torch.Tensor]] = []

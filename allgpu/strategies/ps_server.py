@@ -11,11 +11,13 @@ RPC calls module-level functions by name, so each parameter-server process keeps
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import Counter
 
 import torch
+import torch.distributed.rpc as rpc
 
 
 class Shard:
@@ -100,3 +102,16 @@ def serve(shard: Shard, silence_s: float) -> dict:
             if shard.finished(silence_s):
                 return {"pushes": dict(shard.pushes), "done": sorted(shard.done)}
         time.sleep(0.1)
+
+
+def run_server(rank: int, world_size: int, task_index: int, num_workers: int, options, silence_s: float) -> None:
+    """A parameter-server task's whole life, TensorFlow's ``server.join()``: hold a shard, serve the workers
+    until every one is done or silent for ``silence_s`` seconds, then end the process (exit code 0).
+
+    The shard exists before RPC starts, so no worker call can arrive before there is a shard to answer it.
+    """
+    shard = start(num_workers)
+    rpc.init_rpc(f"ps{task_index}", rank=rank, world_size=world_size, rpc_backend_options=options)
+    serve(shard, silence_s)
+    rpc.shutdown(graceful=False)
+    sys.exit(0)

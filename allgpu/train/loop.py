@@ -7,26 +7,21 @@ and shows progress on replica 0. With ``accumulation_steps=k`` it all-reduces on
 
 from __future__ import annotations
 
-import contextlib
-import time
-import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
 from allgpu.data import (DistributedDataset, PerReplicaInput, as_map_dataset, evaluation_shard,
                          per_replica_batch_size)
-from allgpu.metrics import MetricSums, resolve
 from allgpu.monitor import StepMonitor, session as monitor_session
-from allgpu.progress import Callback, EpochProgress
-from allgpu.resume import CheckpointPlan, ResumePoint
 from allgpu.strategies.base import Strategy
 from allgpu.strategies.one_device import OneDeviceStrategy
-
-PRECISIONS = (None, "bf16", "fp16")
-_END = object()
-
+from allgpu.train.checkpoint_plan import CheckpointPlan, ResumePoint
+from allgpu.train.epoch import EpochRunner, split_batch
+from allgpu.train.metrics import MetricSums, resolve
+from allgpu.train.precision import Precision
+from allgpu.train.progress import Callback, EpochProgress
 
 @dataclass
 class History:
@@ -43,25 +38,6 @@ class History:
         self.epoch.append(epoch)
         for key, value in logs.items():
             self.history.setdefault(key, []).append(value)
-
-
-def _autocast(device: torch.device, mixed_precision: str | None):
-    if mixed_precision not in PRECISIONS:
-        raise ValueError(f"mixed_precision={mixed_precision!r}; expected None, 'bf16' or 'fp16'.")
-    if mixed_precision is None:
-        return contextlib.nullcontext()
-    if mixed_precision == "fp16" and device.type != "cuda":
-        raise ValueError("mixed_precision='fp16' needs a CUDA device (loss scaling); on CPU use 'bf16'.")
-    dtype = torch.bfloat16 if mixed_precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def _split(batch: Any) -> tuple[Any, torch.Tensor]:
-    if isinstance(batch, (list, tuple)) and len(batch) == 2:
-        return batch[0], batch[1]
-    raise ValueError(f"fit/evaluate expect batches of (inputs, targets); got a {type(batch).__name__} "
-                     f"of length {len(batch) if hasattr(batch, '__len__') else '?'}. Fix: make the dataset's "
-                     "__getitem__ return (x, y).")
 
 
 def _default_strategy(model: torch.nn.Module) -> Strategy:
@@ -90,7 +66,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         validation_data: a map-style dataset evaluated after each epoch (``val_`` metrics).
         accumulation_steps: micro-batches per optimizer step; one all-reduce per step, not per micro-batch.
         mixed_precision: None, ``"bf16"`` (autocast) or ``"fp16"`` (autocast and loss scaling, CUDA only).
-        callbacks: :class:`allgpu.progress.Callback` objects, called on every replica.
+        callbacks: :class:`allgpu.train.Callback` objects, called on every replica.
         max_steps_per_epoch: stop each epoch early after this many micro-steps (smoke runs, benchmarks).
         checkpoint_dir: save model, optimizer, input position and RNG states here at each epoch end (and every
             ``checkpoint_every`` optimizer steps); with ``resume=True`` a run finding a checkpoint there continues
@@ -117,91 +93,33 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         raise ValueError(f"epochs={epochs}; expected a positive number of epochs.")
     data = train_data if isinstance(train_data, (DistributedDataset, PerReplicaInput)) else \
         strategy.distribute_dataset(train_data, global_batch_size, shuffle=shuffle, seed=seed, num_workers=num_workers)
-    fns = resolve(metrics)
-    autocast = _autocast(strategy.device, mixed_precision)
-    scaler = torch.amp.GradScaler("cuda") if mixed_precision == "fp16" else None
+    precision = Precision(strategy.device, mixed_precision)
     acc = strategy.accumulate(accumulation_steps)
     acc.reset()
     plan = CheckpointPlan(checkpoint_dir, every=checkpoint_every, keep=keep_checkpoints, strategy=strategy,
                           model=model, optimizer=optimizer, data=data)
     point = plan.restore() if resume else ResumePoint()
     history = History(point.history, point.history_epochs)
-    global_step = point.global_step
-    steps = len(data) if hasattr(data, "__len__") else None
-    if max_steps_per_epoch is not None and steps is not None:
-        steps = min(steps, max_steps_per_epoch)
-    progress = EpochProgress(verbose and strategy.is_chief, epochs, steps)
+    progress = EpochProgress(verbose and strategy.is_chief, epochs, _steps_per_epoch(data, max_steps_per_epoch))
     timer = StepMonitor(strategy, num_workers=getattr(data, "num_workers", None), enabled=bool(monitor))
-    for cb in callbacks:
+    runner = EpochRunner(model, optimizer, loss_fn, strategy, precision, acc, timer, plan, progress,
+                         list(callbacks), max_steps_per_epoch)
+    end = _EpochEnd(strategy, model, loss_fn, validation_data, global_batch_size, metrics, mixed_precision,
+                    plan, progress, verbose)
+    for cb in runner.callbacks:
         cb.on_train_begin({})
-    warned = False
+    global_step = point.global_step
     for epoch in range(point.epoch, epochs):
         model.train()
-        for cb in callbacks:
+        for cb in runner.callbacks:
             cb.on_epoch_begin(epoch, {})
-        sums = MetricSums(fns, strategy.device)
+        sums = MetricSums(resolve(metrics), strategy.device)
         progress.start_epoch(epoch)
-        start, seen = time.perf_counter(), 0
-        batches, step = iter(data), 0
-        timer.start_epoch(epoch)
-        while max_steps_per_epoch is None or step < max_steps_per_epoch:
-            timer.start_step()
-            with timer.phase("input"):
-                batch = next(batches, _END)
-            if batch is _END:
-                timer.abandon_step()
-                break
-            x, y = _split(batch)
-            with timer.phase("compute"), acc:
-                with autocast:
-                    outputs = model(x)
-                    loss = loss_fn(outputs, y)
-                (scaler.scale(loss) if scaler else loss).backward()
-            timer.add_sync_wait(strategy.gradient_sync)
-            if acc.sync_step:
-                with timer.phase("optimizer"):
-                    if scaler:
-                        scaler.step(optimizer)
-                        scaler.update()
-                    else:
-                        optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                global_step += 1
-                plan.after_step(epoch, global_step, history)
-            sums.update(loss, outputs, y)
-            seen += y.shape[0]
-            timer.end_step(samples=y.shape[0])
-            progress.advance()
-            for cb in callbacks:
-                cb.on_train_batch_end(step, {"loss": loss.detach()})
-            step += 1
-        if acc.micro_step % accumulation_steps:
-            if not warned and strategy.is_chief:
-                warnings.warn(f"epoch {epoch}: {acc.micro_step % accumulation_steps} trailing micro-batches did not "
-                              f"fill a step of accumulation_steps={accumulation_steps}; their gradients were dropped. "
-                              "Fix: choose accumulation_steps dividing the steps per epoch.", RuntimeWarning)
-                warned = True
-            optimizer.zero_grad(set_to_none=True)
-        acc.reset()
-        # The slowest replica's time, so every replica reports the same throughput.
-        elapsed = float(strategy.reduce("max", time.perf_counter() - start))
-        logs = sums.result(strategy)
-        logs["samples_per_second"] = float(strategy.reduce("sum", float(seen))) / max(elapsed, 1e-9)
-        if validation_data is not None:
-            logs.update(evaluate(model, loss_fn, validation_data, global_batch_size=global_batch_size,
-                                 strategy=strategy, metrics=metrics, mixed_precision=mixed_precision, prefix="val_"))
-        history.append(epoch, logs)
-        report = timer.end_epoch()
-        if report is not None:
-            history.monitor_reports.append(report)
-            if strategy.is_chief and verbose:
-                report.print(progress.console)
-        if plan.enabled:
-            plan.save(epoch + 1, global_step, history)
-        progress.end_epoch("  ".join(f"{k} {v:.4g}" for k, v in logs.items()))
-        for cb in callbacks:
+        seen, global_step, elapsed = runner.run(epoch, data, sums, global_step, history)
+        logs = end(epoch, sums, seen, elapsed, global_step, history, timer.end_epoch())
+        for cb in runner.callbacks:
             cb.on_epoch_end(epoch, logs)
-    for cb in callbacks:
+    for cb in runner.callbacks:
         cb.on_train_end(history.history)
     if monitor and report_dir:
         timer.write_report(report_dir)
@@ -209,6 +127,51 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     if session is not None:
         session.reports.extend(history.monitor_reports)
     return history
+
+
+def _steps_per_epoch(data, max_steps: int | None) -> int | None:
+    steps = len(data) if hasattr(data, "__len__") else None
+    if max_steps is not None and steps is not None:
+        steps = min(steps, max_steps)
+    return steps
+
+
+@dataclass
+class _EpochEnd:
+    """What happens once an epoch's steps are done: reduce metrics and throughput, validate, print the monitor's
+    report, save a checkpoint, close the progress bar. Collective: every replica calls it."""
+
+    strategy: Strategy
+    model: torch.nn.Module
+    loss_fn: Callable
+    validation_data: object
+    global_batch_size: int
+    metrics: Sequence
+    mixed_precision: str | None
+    plan: CheckpointPlan
+    progress: EpochProgress
+    verbose: bool
+
+    def __call__(self, epoch: int, sums: MetricSums, seen: int, elapsed: float, global_step: int, history,
+                 report) -> dict[str, float]:
+        strategy = self.strategy
+        # The slowest replica's time, so every replica reports the same throughput.
+        elapsed = float(strategy.reduce("max", elapsed))
+        logs = sums.result(strategy)
+        logs["samples_per_second"] = float(strategy.reduce("sum", float(seen))) / max(elapsed, 1e-9)
+        if self.validation_data is not None:
+            logs.update(evaluate(self.model, self.loss_fn, self.validation_data,
+                                 global_batch_size=self.global_batch_size, strategy=strategy, metrics=self.metrics,
+                                 mixed_precision=self.mixed_precision, prefix="val_"))
+        history.append(epoch, logs)
+        if report is not None:
+            history.monitor_reports.append(report)
+            if strategy.is_chief and self.verbose:
+                report.print(self.progress.console)
+        if self.plan.enabled:
+            self.plan.save(epoch + 1, global_step, history)
+        self.progress.end_epoch("  ".join(f"{k} {v:.4g}" for k, v in logs.items()))
+        return logs
 
 
 def evaluate(model: torch.nn.Module, loss_fn: Callable, data, *, global_batch_size: int,
@@ -227,9 +190,9 @@ def evaluate(model: torch.nn.Module, loss_fn: Callable, data, *, global_batch_si
     sums = MetricSums(resolve(metrics), strategy.device)
     was_training = model.training
     model.eval()
-    with torch.no_grad(), _autocast(strategy.device, mixed_precision):
+    with torch.no_grad(), Precision(strategy.device, mixed_precision).autocast():
         for batch in feed:
-            x, y = _split(batch)
+            x, y = split_batch(batch)
             outputs = model(x)
             sums.update(loss_fn(outputs, y), outputs, y)
     model.train(was_training)

@@ -7,7 +7,7 @@ multi-node membership are PyTorch's own. What allgpu adds:
 - ``nproc_per_node="auto"``: one replica per visible GPU; with no GPU it is an error asking for
   ``cpu_replicas=K``, never a silent CPU run (the seeds' most common complaint is a job that quietly
   trained on the wrong device).
-- ``cpu_replicas=K``: K replicas on the CPU (Gloo); they see ``ALLGPU_DEVICE=cpu``.
+- ``cpu_replicas=K``: K replicas on the CPU (Gloo); they see ``ALLGPU_DEVICE=cpu`` (:mod:`allgpu.runtime.env`).
 - A single-node job binds the rendezvous to loopback (``127.0.0.1``, a free port chosen by the OS) unless an
   endpoint is given, so nothing listens on the network by accident.
 - ``node_rank`` (or ``tf_config``) selects PyTorch's *static* rendezvous: fixed membership, the node with
@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 from allgpu.errors import ClusterConfigError, DeviceError
+from allgpu.runtime import env as launch_env
+from allgpu.runtime.cluster import from_tf_config_env, split_host_port
 
 LOOPBACK = "127.0.0.1"
 
@@ -49,7 +51,7 @@ class LaunchPlan:
         local_addr: the address other nodes reach this one at (loopback for a loopback job).
         max_restarts / monitor_interval: restart budget, and seconds between health checks.
         worker_env: variables added to each replica's environment.
-        argv: the replica command after the interpreter (``-u -m allgpu._replica script args``).
+        argv: the replica command after the interpreter (``-u -m allgpu.runtime.replica_main script args``).
     """
 
     min_nodes: int
@@ -143,12 +145,6 @@ def resolve_nproc(nproc_per_node: str | int, cpu_replicas: int | None) -> tuple[
     return int(text), False
 
 
-def _split_endpoint(endpoint: str, flag: str) -> tuple[str, int]:
-    from allgpu.tf_config import split_host_port
-
-    return split_host_port(endpoint, flag)
-
-
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -158,6 +154,58 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _from_tf_config(env, nnodes, node_rank, rdzv_endpoint) -> tuple[str, int, str]:
+    """``(nnodes, node_rank, rdzv_endpoint)`` from ``TF_CONFIG``; flags given as well must agree with it."""
+    tf = from_tf_config_env(env)
+    if tf is None:
+        raise ClusterConfigError(
+            "--tf-config was given but TF_CONFIG is unset or empty. Fix: export TF_CONFIG='{\"cluster\": "
+            "{\"worker\": [\"host0:2222\", \"host1:2222\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}'."
+        )
+    for flag, given, derived in (
+        ("--nnodes", None if str(nnodes) == "1" else str(nnodes), str(tf.num_workers)),
+        ("--node-rank", None if node_rank is None else str(node_rank), str(tf.worker_index)),
+        ("--rdzv-endpoint", rdzv_endpoint, tf.rendezvous),
+    ):
+        if given is not None and given != derived:
+            raise ClusterConfigError(
+                f"{flag} {given} contradicts TF_CONFIG, which gives {derived}. Fix: drop {flag} or --tf-config."
+            )
+    return str(tf.num_workers), tf.worker_index, tf.rendezvous
+
+
+def _check_node_rank(node_rank, nnodes, min_nodes: int, max_nodes: int, rdzv_endpoint) -> str:
+    """Validate a fixed node rank; returns the rendezvous backend it needs, ``"static"``."""
+    if min_nodes != max_nodes:
+        raise ClusterConfigError(
+            f"--node-rank {node_rank} with --nnodes {nnodes}: fixed node ranks need a fixed node count. "
+            "Fix: pass --nnodes N, or drop --node-rank to let the c10d rendezvous number the nodes."
+        )
+    if isinstance(node_rank, bool) or not isinstance(node_rank, int) or not 0 <= node_rank < max_nodes:
+        raise ClusterConfigError(f"--node-rank {node_rank!r}: expected an integer 0 <= R < {max_nodes} (--nnodes).")
+    if rdzv_endpoint is None:
+        raise ClusterConfigError(
+            "--node-rank needs --rdzv-endpoint HOST:PORT, the address of node 0 where the store listens."
+        )
+    return "static"
+
+
+def _endpoint(rdzv_endpoint, nnodes, max_nodes: int) -> tuple[str, str | None]:
+    """``(endpoint, local_addr)``: loopback with a free port for a one-node job without an endpoint."""
+    if rdzv_endpoint is None:
+        if max_nodes > 1:
+            raise ClusterConfigError(
+                f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT that every node can reach (e.g. the first "
+                "host's address and a free port such as 29400), and the same --rdzv-id on every node. "
+                "Without it allgpu binds the rendezvous to loopback, which other machines cannot reach."
+            )
+        return f"{LOOPBACK}:0", LOOPBACK
+    host, port = split_host_port(rdzv_endpoint, "--rdzv-endpoint")
+    if port == 0 and max_nodes > 1:
+        raise ClusterConfigError(f"--rdzv-endpoint {rdzv_endpoint}: a multi-node job needs a fixed port.")
+    return rdzv_endpoint, LOOPBACK if _is_loopback(host) else None
 
 
 def plan(
@@ -186,67 +234,21 @@ def plan(
     env = os.environ if env is None else env
     if not os.path.isfile(script):
         raise FileNotFoundError(f"allgpu run: script {script!r} not found (cwd {os.getcwd()}).")
-    worker_env = {}
+    cluster_source = None
     if tf_config:
-        from allgpu.tf_config import from_tf_config_env
-
-        tf = from_tf_config_env(env)
-        if tf is None:
-            raise ClusterConfigError(
-                "--tf-config was given but TF_CONFIG is unset or empty. Fix: export TF_CONFIG='{\"cluster\": "
-                "{\"worker\": [\"host0:2222\", \"host1:2222\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}'."
-            )
-        for flag, given, derived in (
-            ("--nnodes", None if str(nnodes) == "1" else str(nnodes), str(tf.num_workers)),
-            ("--node-rank", None if node_rank is None else str(node_rank), str(tf.worker_index)),
-            ("--rdzv-endpoint", rdzv_endpoint, tf.rendezvous),
-        ):
-            if given is not None and given != derived:
-                raise ClusterConfigError(
-                    f"{flag} {given} contradicts TF_CONFIG, which gives {derived}. Fix: drop {flag} or --tf-config."
-                )
-        nnodes, node_rank, rdzv_endpoint = str(tf.num_workers), tf.worker_index, tf.rendezvous
-        worker_env["ALLGPU_CLUSTER_SOURCE"] = "TF_CONFIG"
+        nnodes, node_rank, rdzv_endpoint = _from_tf_config(env, nnodes, node_rank, rdzv_endpoint)
+        cluster_source = "TF_CONFIG"
 
     min_nodes, max_nodes = parse_nnodes(nnodes)
     nproc, on_cpu = resolve_nproc(nproc_per_node, cpu_replicas)
-    if on_cpu:
-        worker_env["ALLGPU_DEVICE"] = "cpu"
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ClusterConfigError(f"--max-restarts {max_restarts!r}: expected an integer >= 0.")
     if not monitor_interval > 0:
         raise ClusterConfigError(f"--monitor-interval {monitor_interval!r}: expected seconds > 0, e.g. 0.1.")
 
-    if node_rank is not None:
-        backend = "static"
-        if min_nodes != max_nodes:
-            raise ClusterConfigError(
-                f"--node-rank {node_rank} with --nnodes {nnodes}: fixed node ranks need a fixed node count. "
-                "Fix: pass --nnodes N, or drop --node-rank to let the c10d rendezvous number the nodes."
-            )
-        if isinstance(node_rank, bool) or not isinstance(node_rank, int) or not 0 <= node_rank < max_nodes:
-            raise ClusterConfigError(f"--node-rank {node_rank!r}: expected an integer 0 <= R < {max_nodes} (--nnodes).")
-        if rdzv_endpoint is None:
-            raise ClusterConfigError(
-                "--node-rank needs --rdzv-endpoint HOST:PORT, the address of node 0 where the store listens."
-            )
-        worker_env["ALLGPU_FRESH_STORE"] = "1"  # see allgpu._replica.use_fresh_store: restarts need it
-    else:
-        backend = "c10d"
-
-    if rdzv_endpoint is None:
-        if max_nodes > 1:
-            raise ClusterConfigError(
-                f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT that every node can reach (e.g. the first "
-                "host's address and a free port such as 29400), and the same --rdzv-id on every node. "
-                "Without it allgpu binds the rendezvous to loopback, which other machines cannot reach."
-            )
-        rdzv_endpoint, local_addr = f"{LOOPBACK}:0", LOOPBACK
-    else:
-        host, port = _split_endpoint(rdzv_endpoint, "--rdzv-endpoint")
-        local_addr = LOOPBACK if _is_loopback(host) else None
-        if port == 0 and max_nodes > 1:
-            raise ClusterConfigError(f"--rdzv-endpoint {rdzv_endpoint}: a multi-node job needs a fixed port.")
+    backend = "c10d" if node_rank is None else _check_node_rank(node_rank, nnodes, min_nodes, max_nodes,
+                                                                rdzv_endpoint)
+    rdzv_endpoint, local_addr = _endpoint(rdzv_endpoint, nnodes, max_nodes)
     if rdzv_id is None:
         rdzv_id = uuid.uuid4().hex if max_nodes == 1 else "allgpu"
     return LaunchPlan(
@@ -260,8 +262,10 @@ def plan(
         local_addr=local_addr,
         max_restarts=max_restarts,
         monitor_interval=float(monitor_interval),
-        worker_env=worker_env,
-        argv=("-u", "-m", "allgpu._replica", script, *args),
+        # A fresh store per attempt (allgpu.runtime.replica_main.use_fresh_store): restarts need it.
+        worker_env=launch_env.worker_variables(cpu_only=on_cpu, cluster_source=cluster_source,
+                                               fresh_store=backend == "static"),
+        argv=("-u", "-m", "allgpu.runtime.replica_main", script, *args),
     )
 
 

@@ -1,4 +1,4 @@
-"""One replica of ``allgpu run``: ``python -m allgpu._replica script.py args...`` runs the script as
+"""One replica of ``allgpu run``: ``python -m allgpu.runtime.replica_main script.py args...`` runs the script as
 ``__main__`` under :func:`torch.distributed.elastic.multiprocessing.errors.record`, which writes an
 uncaught exception's traceback to the error file the elastic agent reads, so the launcher can say which
 replica failed and show its traceback.
@@ -14,7 +14,8 @@ from datetime import timedelta
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-FRESH_STORE = "ALLGPU_FRESH_STORE"  # set by allgpu.elastic for the static rendezvous
+from allgpu.runtime import env as launch_env
+
 
 
 def use_fresh_store(env: dict = os.environ, timeout_s: float = 300.0) -> None:
@@ -44,7 +45,7 @@ def use_fresh_store(env: dict = os.environ, timeout_s: float = 300.0) -> None:
 @record
 def main(argv: list[str]) -> None:
     """Run ``argv[0]`` with ``sys.argv = argv`` and the script's folder first on ``sys.path`` (as ``python script.py``)."""
-    if os.environ.get(FRESH_STORE) == "1" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+    if launch_env.read().fresh_store and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         use_fresh_store()
     script = argv[0]
     sys.argv = list(argv)

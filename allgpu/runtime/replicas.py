@@ -1,9 +1,7 @@
-"""Launch-free start: re-executing the running script once per extra device, and ``allgpu.launch(fn)``.
+"""Launch-free start: replica 0 re-executes the running script once per extra device and watches the copies.
 
-This module is the launcher boundary: the only place that writes the environment variables a replica reads
-(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, the same names
-torchrun uses, plus ``ALLGPU_DEVICES``, the device list, and ``ALLGPU_ERROR_DIR``, where a failing replica leaves
-its traceback). Replicas then join exactly as they would under torchrun.
+The copies get torchrun's variables and the :mod:`allgpu.runtime.env` contract, so they join exactly as they
+would under torchrun. A copy that fails is named with its traceback and ends the job within seconds.
 """
 
 from __future__ import annotations
@@ -11,7 +9,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
-import pickle
 import signal
 import socket
 import subprocess
@@ -21,14 +18,12 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
-from allgpu.devices import Device, parse_device, resolve_replica_devices
+from allgpu.devices import Device
 from allgpu.errors import ReplicaFailedError
+from allgpu.runtime import env as launch_env
 
-ENV_DEVICES = "ALLGPU_DEVICES"
-ENV_ERROR_DIR = "ALLGPU_ERROR_DIR"
-ENV_TIMEOUT = "ALLGPU_TIMEOUT"
 # Seconds a replica waits for its peers after one of them has failed, before the whole job is ended.
 FAILURE_GRACE_S = 5.0
 
@@ -38,30 +33,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
-
-
-def replica_env(local_rank: int, devices: Sequence[Device], port: int, error_dir: str, timeout_s: float, *,
-                rank_offset: int = 0, world_size: int | None = None, master_addr: str = "127.0.0.1") -> dict[str, str]:
-    """The environment variables that make a process local replica ``local_rank`` of a job over ``devices``.
-
-    On one machine the global rank is the local rank; a multi-worker job passes this worker's ``rank_offset``
-    (first global rank), the job's ``world_size`` and worker 0's ``master_addr``.
-    """
-    local_world = len(devices)
-    return {
-        "RANK": str(rank_offset + local_rank),
-        "WORLD_SIZE": str(world_size or local_world),
-        "LOCAL_RANK": str(local_rank),
-        "LOCAL_WORLD_SIZE": str(local_world),
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(port),
-        "ALLGPU_CLUSTER_SOURCE": "allgpu",
-        ENV_DEVICES: ",".join(str(d) for d in devices),
-        ENV_ERROR_DIR: error_dir,
-        ENV_TIMEOUT: str(timeout_s),
-        # One CPU thread pool per replica would oversubscribe the cores; torchrun makes the same choice.
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // local_world))),
-    }
 
 
 def error_file(error_dir: str, rank: int) -> Path:
@@ -144,8 +115,8 @@ class ScriptReplicas:
     def start(self) -> None:
         command = script_command()
         for rank in range(1, len(self.devices)):
-            env = {**os.environ, **replica_env(rank, self.devices, self.port, self.error_dir, self.timeout_s,
-                                               **self.placement)}
+            env = {**os.environ, **launch_env.replica_variables(
+                rank, [str(d) for d in self.devices], self.port, self.error_dir, self.timeout_s, **self.placement)}
             self._procs[rank] = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent)
         threading.Thread(target=self._watch, name="allgpu-replica-watch", daemon=True).start()
         atexit.register(self._at_exit)
@@ -198,102 +169,3 @@ class ScriptReplicas:
                 self.stop()
                 os._exit(1)
         self._stopping = True
-
-
-def _replica_main(rank, fn, devices, port, error_dir, timeout_s, args, kwargs, results, forked):
-    import torch
-
-    os.environ.update(replica_env(rank, devices, port, error_dir, timeout_s))
-    if forked:
-        # OpenMP is not fork-safe: a forked child's first parallel region can hang. One intra-op thread, as
-        # DataLoader workers use, avoids it; start_method="spawn" gives each replica its own pool.
-        torch.set_num_threads(1)
-    elif not devices[rank].is_cuda:
-        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    value = fn(*args, **kwargs)
-    # Plain pickle: torch's queue reduction shares memory by file descriptor, gone once the replica exits.
-    results.put((rank, pickle.dumps(value)))
-
-
-def launch(
-    fn: Callable[..., Any],
-    *,
-    num_replicas: int | None = None,
-    devices: Sequence | None = None,
-    args: Sequence = (),
-    kwargs: dict | None = None,
-    timeout: float = 1800.0,
-    start_method: str | None = None,
-) -> list[Any]:
-    """Run ``fn(*args, **kwargs)`` in one process per replica, for notebooks and functions.
-
-    Inside ``fn``, ``MirroredStrategy()`` joins the job (as under torchrun). Follows Accelerate's
-    ``notebook_launcher`` and ``torch.multiprocessing.start_processes``.
-
-    Args:
-        fn: a function; with the ``fork`` start method it may be defined in a notebook.
-        num_replicas: number of replicas; default one per visible GPU, else 2 CPU replicas.
-        devices: device names instead of ``num_replicas`` (``["/gpu:0", "/gpu:1"]``, ``["/cpu:0", "/cpu:1"]``).
-        timeout: collective timeout in seconds for the job's process group.
-        start_method: ``"fork"`` (default where CUDA is not yet initialised; each replica then runs one
-            intra-op thread, since OpenMP is not fork-safe) or ``"spawn"``.
-
-    Returns:
-        ``fn``'s return values, indexed by rank.
-
-    Raises:
-        ReplicaFailedError: a replica raised or died; ``.rank`` and ``.remote_traceback`` say which and where.
-            The other replicas are stopped at once.
-    """
-    import torch
-    import torch.multiprocessing as mp
-
-    device_list = resolve_replica_devices(num_replicas, devices, cpu_replicas_by_default=2)
-    if start_method is None:
-        start_method = "spawn" if torch.cuda.is_initialized() else "fork"
-    ctx = mp.get_context(start_method)
-    results = ctx.SimpleQueue()
-    error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
-    context = mp.start_processes(
-        _replica_main,
-        args=(fn, device_list, free_port(), error_dir, timeout, tuple(args), dict(kwargs or {}), results,
-              start_method == "fork"),
-        nprocs=len(device_list),
-        join=False,
-        start_method=start_method,
-    )
-    try:
-        while not context.join():
-            pass
-    except mp.ProcessRaisedException as exc:
-        raise ReplicaFailedError(
-            f"replica {exc.error_index} raised; the other replicas were stopped. Its traceback:\n{exc.msg}",
-            rank=exc.error_index,
-            remote_traceback=exc.msg,
-        ) from None
-    except mp.ProcessExitedException as exc:
-        raise ReplicaFailedError(
-            f"replica {exc.error_index} died ({exc.msg.strip()}); the other replicas were stopped.",
-            rank=exc.error_index,
-        ) from None
-    finally:  # interrupted (Ctrl-C, a test timeout): never leave replicas behind
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-    values: list[Any] = [None] * len(device_list)
-    while not results.empty():
-        rank, value = results.get()
-        values[rank] = pickle.loads(value)
-    return values
-
-
-def launched_settings(env=None) -> tuple[list[Device] | None, str | None, float | None]:
-    """What the launcher left for this replica: the job's device list, error folder and collective timeout."""
-    env = os.environ if env is None else env
-    devices = env.get(ENV_DEVICES)
-    timeout = env.get(ENV_TIMEOUT)
-    return (
-        [parse_device(d) for d in devices.split(",")] if devices else None,
-        env.get(ENV_ERROR_DIR),
-        float(timeout) if timeout else None,
-    )

@@ -1,4 +1,8 @@
-"""``TF_CONFIG``: the cluster description TensorFlow users already have, read into a typed job description.
+"""Who is in the job: the torchrun (elastic launcher) environment, or a ``TF_CONFIG`` cluster description.
+
+Glossary (as in ``torch.distributed``): *rank* is a replica's global index, *world size* the number of
+replicas in the job, *local rank* a replica's index on its own machine (node). TensorFlow's *task* is one
+machine's entry in the cluster, what ``torchrun`` calls a *node*; each node runs ``local_world_size`` replicas.
 
 A ``TF_CONFIG`` (see TensorFlow's ``tf.distribute.cluster_resolver.TFConfigClusterResolver`` and the
 multi-worker training guide) is a JSON object set on every machine::
@@ -6,10 +10,9 @@ multi-worker training guide) is a JSON object set on every machine::
     {"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222", "host2:2222"]},
      "task": {"type": "worker", "index": 0}}
 
-Glossary: a *task* (TensorFlow) is one machine's entry in the cluster, what ``torchrun`` calls a *node*;
-each node runs ``local_world_size`` replicas. Following TensorFlow's ``MultiWorkerMirroredStrategy``, the
-chief is a worker too: it is worker 0, and the ``"worker"`` entries follow it in list order. Without a
-chief, ``worker[0]`` is worker 0. Worker 0's ``host:port`` is the rendezvous address of the job.
+Following TensorFlow's ``MultiWorkerMirroredStrategy``, the chief is a worker too: it is worker 0, and the
+``"worker"`` entries follow it in list order. Without a chief, ``worker[0]`` is worker 0. Worker 0's
+``host:port`` is the rendezvous address of the job.
 """
 
 from __future__ import annotations
@@ -20,11 +23,83 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from allgpu.cluster import ClusterSpec
 from allgpu.errors import ClusterConfigError
+from allgpu.runtime import env as launch_env
 
+_TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 _EXAMPLE = '{"cluster": {"worker": ["host0:2222", "host1:2222"]}, "task": {"type": "worker", "index": 0}}'
 _TRAINING_ROLES = ("chief", "worker")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """One replica's place in the job.
+
+    Attributes:
+        rank: global replica index, ``0 <= rank < world_size``.
+        world_size: number of replicas in the job (``num_replicas_in_sync``).
+        local_rank: index on this node; selects the device (``cuda:local_rank``).
+        local_world_size: replicas on this node.
+        master_addr / master_port: rendezvous address of the ``env://`` process-group init.
+        source: where the description came from (``"torchrun"``, ``"TF_CONFIG"``, ``"allgpu"``).
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    source: str = "torchrun"
+
+
+def _int(env: Mapping[str, str], key: str, source: str) -> int:
+    raw = env[key]
+    try:
+        return int(raw)
+    except ValueError:
+        raise ClusterConfigError(
+            f"{key}={raw!r} in the {source} environment is not an integer; "
+            f"expected e.g. {key}=0. Fix: launch with torchrun / `allgpu run`, which set it for you."
+        ) from None
+
+
+def from_torchrun_env(env: Mapping[str, str] | None = None) -> ClusterSpec | None:
+    """Read the variables torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR/PORT``).
+
+    Returns None when the process was not started by a launcher (``RANK`` and ``WORLD_SIZE`` unset).
+
+    Raises:
+        ClusterConfigError: some but not all variables are set, or they are inconsistent.
+    """
+    env = os.environ if env is None else env
+    present = [k for k in _TORCHRUN_KEYS if k in env]
+    if "RANK" not in env and "WORLD_SIZE" not in env:
+        return None
+    missing = [k for k in _TORCHRUN_KEYS if k not in env and k != "LOCAL_RANK"]
+    if missing:
+        raise ClusterConfigError(
+            f"the launcher environment is incomplete: {', '.join(present)} set but {', '.join(missing)} "
+            "missing. Fix: start the script with `torchrun` or `allgpu run`, or unset RANK/WORLD_SIZE "
+            "for a launch-free start."
+        )
+    rank = _int(env, "RANK", "torchrun")
+    world = _int(env, "WORLD_SIZE", "torchrun")
+    local_rank = _int(env, "LOCAL_RANK", "torchrun") if "LOCAL_RANK" in env else rank
+    local_world = _int(env, "LOCAL_WORLD_SIZE", "torchrun") if "LOCAL_WORLD_SIZE" in env else world
+    if world < 1 or not 0 <= rank < world:
+        raise ClusterConfigError(
+            f"RANK={rank} with WORLD_SIZE={world}: rank must satisfy 0 <= RANK < WORLD_SIZE."
+        )
+    return ClusterSpec(
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        local_world_size=local_world,
+        master_addr=env["MASTER_ADDR"],
+        master_port=_int(env, "MASTER_PORT", "torchrun"),
+        source=launch_env.read(env).cluster_source or "torchrun",
+    )
 
 
 @dataclass(frozen=True)
@@ -236,3 +311,25 @@ def from_tf_config_env(env: Mapping[str, str] | None = None) -> TFConfig | None:
     if not text.strip():
         return None
     return parse_tf_config(text)
+
+
+def from_env(
+    env: Mapping[str, str] | None = None, *, local_world_size: int = 1, local_rank: int = 0
+) -> ClusterSpec | None:
+    """This replica's place in the job, from the launcher if one started it, else from ``TF_CONFIG``.
+
+    The torchrun environment wins: ``allgpu run --tf-config`` turns ``TF_CONFIG`` into it, and a replica
+    started by any launcher is already placed. A bare ``TF_CONFIG`` (one process per machine started by
+    hand or by a TensorFlow-style job) uses ``local_world_size`` / ``local_rank`` for the replicas on this
+    machine; see :meth:`TFConfig.to_cluster_spec` for the rank rule.
+    Returns None when neither is set (a single-machine, launch-free start).
+
+    Raises:
+        ClusterConfigError: either description is malformed or inconsistent.
+    """
+    env = os.environ if env is None else env
+    spec = from_torchrun_env(env)
+    if spec is not None:
+        return spec
+    tf = from_tf_config_env(env)
+    return None if tf is None else tf.to_cluster_spec(local_world_size, local_rank)

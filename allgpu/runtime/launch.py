@@ -1,0 +1,105 @@
+"""``allgpu.launch(fn)``: one process per replica for a function, for notebooks and tests.
+
+Follows Accelerate's ``notebook_launcher`` and ``torch.multiprocessing.start_processes``; each process gets
+torchrun's variables and the :mod:`allgpu.runtime.env` contract, so a strategy created in ``fn`` joins the job.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from typing import Any, Callable, Sequence
+
+from allgpu.devices import resolve_replica_devices
+from allgpu.errors import ReplicaFailedError
+from allgpu.runtime import env as launch_env
+from allgpu.runtime.replicas import free_port
+
+
+def _replica_main(rank, fn, devices, port, error_dir, timeout_s, args, kwargs, results, forked):
+    import torch
+
+    os.environ.update(launch_env.replica_variables(rank, [str(d) for d in devices], port, error_dir, timeout_s))
+    if forked:
+        # OpenMP is not fork-safe: a forked child's first parallel region can hang. One intra-op thread, as
+        # DataLoader workers use, avoids it; start_method="spawn" gives each replica its own pool.
+        torch.set_num_threads(1)
+    elif not devices[rank].is_cuda:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    value = fn(*args, **kwargs)
+    # Plain pickle: torch's queue reduction shares memory by file descriptor, gone once the replica exits.
+    results.put((rank, pickle.dumps(value)))
+
+
+def launch(
+    fn: Callable[..., Any],
+    *,
+    num_replicas: int | None = None,
+    devices: Sequence | None = None,
+    args: Sequence = (),
+    kwargs: dict | None = None,
+    timeout: float | None = None,
+    start_method: str | None = None,
+) -> list[Any]:
+    """Run ``fn(*args, **kwargs)`` in one process per replica, for notebooks and functions.
+
+    Inside ``fn``, ``MirroredStrategy()`` joins the job (as under torchrun). Follows Accelerate's
+    ``notebook_launcher`` and ``torch.multiprocessing.start_processes``.
+
+    Args:
+        fn: a function; with the ``fork`` start method it may be defined in a notebook.
+        num_replicas: number of replicas; default one per visible GPU, else 2 CPU replicas.
+        devices: device names instead of ``num_replicas`` (``["/gpu:0", "/gpu:1"]``, ``["/cpu:0", "/cpu:1"]``).
+        timeout: collective timeout in seconds for the job's process group, used by strategies created in
+            ``fn`` that give none (default 1800).
+        start_method: ``"fork"`` (default where CUDA is not yet initialised; each replica then runs one
+            intra-op thread, since OpenMP is not fork-safe) or ``"spawn"``.
+
+    Returns:
+        ``fn``'s return values, indexed by rank.
+
+    Raises:
+        ReplicaFailedError: a replica raised or died; ``.rank`` and ``.remote_traceback`` say which and where.
+            The other replicas are stopped at once.
+    """
+    import torch
+    import torch.multiprocessing as mp
+
+    device_list = resolve_replica_devices(num_replicas, devices, cpu_replicas_by_default=2)
+    if start_method is None:
+        start_method = "spawn" if torch.cuda.is_initialized() else "fork"
+    ctx = mp.get_context(start_method)
+    results = ctx.SimpleQueue()
+    error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
+    context = mp.start_processes(
+        _replica_main,
+        args=(fn, device_list, free_port(), error_dir, timeout, tuple(args), dict(kwargs or {}), results,
+              start_method == "fork"),
+        nprocs=len(device_list),
+        join=False,
+        start_method=start_method,
+    )
+    try:
+        while not context.join():
+            pass
+    except mp.ProcessRaisedException as exc:
+        raise ReplicaFailedError(
+            f"replica {exc.error_index} raised; the other replicas were stopped. Its traceback:\n{exc.msg}",
+            rank=exc.error_index,
+            remote_traceback=exc.msg,
+        ) from None
+    except mp.ProcessExitedException as exc:
+        raise ReplicaFailedError(
+            f"replica {exc.error_index} died ({exc.msg.strip()}); the other replicas were stopped.",
+            rank=exc.error_index,
+        ) from None
+    finally:  # interrupted (Ctrl-C, a test timeout): never leave replicas behind
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+    values: list[Any] = [None] * len(device_list)
+    while not results.empty():
+        rank, value = results.get()
+        values[rank] = pickle.loads(value)
+    return values

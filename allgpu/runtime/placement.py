@@ -1,0 +1,181 @@
+"""Start-up: from "a script and some devices" to "this process is replica r of N on device d".
+
+:func:`place_replicas` is what every synchronous strategy's constructor calls, after validating its own
+arguments. In order, it
+
+1. joins the job of a launcher (torchrun, ``allgpu run``, ``allgpu.launch``: ``RANK`` and ``WORLD_SIZE`` set);
+2. joins a process group the user already initialised;
+3. otherwise (a plain ``python train.py``) resolves the devices and, for N > 1, re-executes the script once per
+   extra device (:class:`~allgpu.runtime.replicas.ScriptReplicas`) and becomes replica 0; with a ``TF_CONFIG``
+   this machine's replicas are placed in the multi-worker job it describes.
+
+If a multi-device start fails (a GPU that is not there, a driver or NCCL error, a replica that never arrives),
+``fallback="one_device"`` continues on one device with a warning saying why; ``fallback="error"`` raises
+:class:`~allgpu.errors.StrategyStartError`. The result is a frozen :class:`Placement`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from allgpu.devices import Device, cuda_device_count, parse_device, resolve_replica_devices, why_no_gpu
+from allgpu.errors import StrategyStartError
+from allgpu.runtime import env as launch_env
+from allgpu.runtime.cluster import ClusterSpec, from_torchrun_env
+from allgpu.runtime.process_group import init_process_group
+from allgpu.runtime.replicas import ScriptReplicas, install_replica_excepthook
+
+FALLBACKS = ("one_device", "error")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """This process's place in the job, fixed at start-up.
+
+    Attributes:
+        rank / world_size: global replica index and number of replicas (``replica_id_in_sync``,
+            ``num_replicas_in_sync``).
+        local_rank / local_world_size: index among, and number of, this machine's replicas.
+        device: the replica's ``torch.device``.
+        timeout_s: collective timeout, seconds.
+        owns_group: this process initialised the ``torch.distributed`` process group (and destroys it on close);
+            False for a world of one or a group the user started.
+        error_dir: where this replica leaves its traceback for the supervisor (None when none watches).
+        source: who described the job: ``"torchrun"``, ``"allgpu"``, ``"TF_CONFIG"``, ``"user"`` or ``"single"``.
+        fallback_reason: why a multi-device start fell back to one device, else None.
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+    timeout_s: float
+    owns_group: bool = False
+    error_dir: str | None = None
+    source: str = "single"
+    fallback_reason: str | None = None
+
+    @classmethod
+    def single(cls, device: torch.device, timeout_s: float = launch_env.DEFAULT_TIMEOUT_S, *,
+               fallback_reason: str | None = None) -> "Placement":
+        """A world of one on ``device``: no process group."""
+        return cls(0, 1, 0, 1, device, timeout_s, fallback_reason=fallback_reason)
+
+
+def validate_fallback(fallback: str) -> None:
+    if fallback not in FALLBACKS:
+        raise ValueError(f"fallback={fallback!r}; expected one of {FALLBACKS}.")
+
+
+def validate_timeout(timeout: float | None) -> None:
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ValueError(f"timeout={timeout!r}; expected a positive number of seconds (or None for the default).")
+
+
+def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, timeout: float | None,
+                   backend: str | None, fallback: str,
+                   cluster: Callable[[int], ClusterSpec | None] | None = None) -> Placement:
+    """Start or join the job; see the module docstring. ``name`` is the strategy's class name, for messages.
+
+    Args:
+        cluster: for a launch-free multi-worker start, ``cluster(local_replicas)`` gives this worker's first
+            replica's place in the job (from ``TF_CONFIG``), or None for a job on this machine alone.
+
+    Raises:
+        DeviceError: bad device names (never fallen back from). ClusterConfigError: an inconsistent launcher
+        environment. StrategyStartError: start failed with ``fallback="error"``.
+    """
+    launched = launch_env.read()
+    timeout_s = launch_env.resolve_timeout(timeout, launched)
+    spec = from_torchrun_env()
+    if spec is not None:
+        install_replica_excepthook(spec.rank, launched.error_dir)
+        device = launched_device(spec.local_rank, launched)
+        return _joined(spec, device, timeout_s, backend, launched.error_dir)
+    if dist.is_initialized():
+        local_rank = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+        return Placement(dist.get_rank(), dist.get_world_size(), local_rank, dist.get_world_size(),
+                         launched_device(local_rank, launched), timeout_s, source="user")
+    device_list = resolve_replica_devices(num_replicas, devices)
+    first = cluster(len(device_list)) if cluster is not None else None
+    return _start(name, device_list, timeout_s, backend, fallback, first)
+
+
+def launched_device(local_rank: int, launched: launch_env.LaunchEnv) -> torch.device:
+    """The device of local replica ``local_rank`` in a launched job: the launcher's list, else CPU when asked or
+    when no GPU is visible, else ``cuda:local_rank`` (modulo the visible count)."""
+    if launched.devices:
+        return parse_device(launched.devices[local_rank % len(launched.devices)]).torch_device()
+    if launched.cpu_only or cuda_device_count() == 0:
+        return torch.device("cpu")
+    return torch.device("cuda", local_rank % cuda_device_count())
+
+
+def _joined(spec: ClusterSpec, device: torch.device, timeout_s: float, backend: str | None,
+            error_dir: str | None = None, init_method: str = "env://") -> Placement:
+    owns = init_process_group(spec, device, timeout_s, backend=backend, init_method=init_method)
+    placement = Placement(spec.rank, spec.world_size, spec.local_rank, spec.local_world_size, device, timeout_s,
+                          owns_group=owns, error_dir=error_dir, source=spec.source)
+    share_cpu_threads(placement)
+    return placement
+
+
+def _start(name: str, devices: list[Device], timeout_s: float, backend: str | None, fallback: str,
+           first: ClusterSpec | None) -> Placement:
+    """Start this machine's replicas. ``first`` is this worker's first replica in a multi-worker job
+    (global rank, world size, rendezvous address); None for a job on this machine alone."""
+    replicas = None
+    try:
+        _check_visible(devices)
+        if len(devices) == 1 and first is None:
+            return Placement.single(devices[0].torch_device(), timeout_s)
+        if first is None:
+            first = ClusterSpec(0, len(devices), 0, len(devices), "127.0.0.1", 0, "allgpu")
+        replicas = ScriptReplicas(devices, timeout_s, rank_offset=first.rank, world_size=first.world_size,
+                                  master_addr=first.master_addr, master_port=first.master_port or None)
+        replicas.start()
+        spec = ClusterSpec(first.rank, first.world_size, 0, len(devices), first.master_addr, replicas.port,
+                           first.source)
+        return _joined(spec, devices[0].torch_device(), timeout_s, backend,
+                       init_method=f"tcp://{spec.master_addr}:{spec.master_port}")
+    except Exception as exc:  # driver, NCCL, rendezvous: every start failure is handled the same way
+        reason = str(exc).rstrip(". ")
+        if replicas is not None:
+            replicas.stop()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        names = [str(d) for d in devices]
+        if fallback == "error":
+            raise StrategyStartError(
+                f"{name} could not start on {names}: {reason}. Fix: run `allgpu doctor`, or pass "
+                "fallback='one_device' to continue on one device."
+            ) from exc
+        one = Device("cuda", 0) if cuda_device_count() else Device("cpu", 0)
+        warnings.warn(
+            f"{name} could not start on {names}: {reason}. Continuing on one device ({one}) because "
+            "fallback='one_device'; pass fallback='error' to stop instead.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return Placement.single(one.torch_device(), timeout_s, fallback_reason=reason)
+
+
+def _check_visible(devices: list[Device]) -> None:
+    missing = [d for d in devices if d.is_cuda and d.index >= cuda_device_count()]
+    if missing:
+        count = cuda_device_count()
+        raise RuntimeError(f"{', '.join(map(str, missing))} not available: "
+                           + (why_no_gpu() if count == 0 else f"only {count} GPUs are visible"))
+
+
+def share_cpu_threads(placement: Placement) -> None:
+    """N CPU replicas each with a full intra-op pool oversubscribe the cores and run slower than one."""
+    if placement.device.type == "cpu" and placement.world_size > 1 and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // placement.world_size))
