@@ -162,8 +162,8 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
 
 
 def _keep(findings: list[Finding], select, ignore) -> list[Finding]:
-    return sorted((f for f in findings if _enabled(f.id, select, ignore)),
-                  key=lambda f: (f.cell or 0, f.line, f.col, f.id))
+    return sorted((f for f in findings if _enabled(f.rule_id, select, ignore)),
+                  key=lambda f: (f.cell or 0, f.line, f.col, f.rule_id))
 
 
 def _looks_py2(exc: SyntaxError, text: str) -> bool:

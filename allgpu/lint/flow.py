@@ -127,7 +127,7 @@ def call_site_note(stack: list) -> str:
 
 
 def emit_outside_scope(ctx, rule_id: str, classify: Callable[[ast.Call], object], trained: set[str],
-                       describe: Callable[[object, str], str]) -> None:
+                       describe: Callable[[object, str], str], unless: Callable[[list], bool] | None = None) -> None:
     """Emit ``rule_id`` at each creation reached outside ``strategy.scope()`` whose result is later trained.
 
     Args:
@@ -135,6 +135,7 @@ def emit_outside_scope(ctx, rule_id: str, classify: Callable[[ast.Call], object]
         classify: ``call -> kind`` (truthy for a creation: a model, optimizer, metric).
         trained: names the file trains (``model.fit``, ``optimizer.step``...).
         describe: ``(kind, name) -> message``; the call-site note (``in f(), called at line N``) is appended.
+        unless: ``stack -> bool``; a creation for which it returns True is not reported (a rule's own exception).
     """
     nested = nested_check(ctx.facts, classify)
 
@@ -145,7 +146,7 @@ def emit_outside_scope(ctx, rule_id: str, classify: Callable[[ast.Call], object]
         if not kind or nested(call):
             return
         names = stack_targets(stack) & trained
-        if names:
+        if names and not (unless is not None and unless(stack)):
             ctx.emit(rule_id, call, describe(kind, sorted(names)[0]) + call_site_note(stack))
 
     walk_scopes(ctx.facts, on_call)
