@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-fast bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -18,6 +18,9 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+test-fast: install  # the unit tier: no processes, well under 30 s
+	$(PY) -m pytest -q -m unit
 
 bench: install
 	$(PY) benchmarks/mirrored_vs_ddp.py

@@ -27,6 +27,9 @@ REDUCE_OPS = {
 }
 
 
+_CURRENT: list = []  # the group a strategy placed in this process (at most one process group per process)
+
+
 class ReplicaGroup:
     """This process's view of the job: rank, world size, device, and collectives.
 
@@ -64,10 +67,26 @@ class ReplicaGroup:
         """
         group = cls(placement.rank, placement.world_size, placement.device, placement.timeout_s,
                     owns_group=placement.owns_group, local_world_size=placement.local_world_size)
+        if placement.world_size > 1:
+            _CURRENT[:] = [group]
         if placement.owns_group:
             atexit.register(group.close)
             group.barrier(where="process-group start")
         return group
+
+    @classmethod
+    def current(cls) -> "ReplicaGroup":
+        """The job's group for collectives issued outside a strategy's methods (checkpoints): the group a
+        strategy placed in this process, so they share its ledger and a hang in them is named like any other;
+        else a view of ``torch.distributed``'s default group; else a world of one on the CPU."""
+        if _CURRENT and dist.is_initialized() and _CURRENT[0].world_size == dist.get_world_size():
+            return _CURRENT[0]
+        if not (dist.is_available() and dist.is_initialized()):
+            return cls.single(torch.device("cpu"))
+        device = torch.device("cpu")
+        if dist.get_backend() == "nccl":
+            device = torch.device("cuda", torch.cuda.current_device())
+        return cls(dist.get_rank(), dist.get_world_size(), device, 1800.0, owns_group=False)
 
     # -- collectives -------------------------------------------------------------------------------------------
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum", where: str | None = None) -> torch.Tensor:
@@ -95,6 +114,14 @@ class ReplicaGroup:
         self._run("all_gather_object", [], lambda: dist.all_gather_object(out, obj), where)
         return out
 
+    def broadcast_object(self, obj, src: int = 0, where: str | None = None):
+        """Replica ``src``'s picklable ``obj`` on every replica."""
+        if self.world_size == 1:
+            return obj
+        box = [obj]
+        self._run(f"broadcast_object(src={src})", [], lambda: dist.broadcast_object_list(box, src=src), where)
+        return box[0]
+
     def broadcast(self, tensor: torch.Tensor, src: int = 0, where: str | None = None) -> torch.Tensor:
         """Overwrite ``tensor`` on every replica with replica ``src``'s; returns it."""
         if self.world_size > 1:
@@ -105,6 +132,15 @@ class ReplicaGroup:
         """Wait until every replica arrives here."""
         if self.world_size > 1:
             self._run("barrier", [], lambda: dist.barrier(), where)
+
+    def run_collective(self, op: str, call, where: str | None = None):
+        """Run ``call()``, a library routine made of several collectives (``dcp.save``), as one ledger entry
+        named ``op``: if it fails or times out, the error names the replica behind it. Returns its result."""
+        if self.world_size == 1:
+            return call()
+        box = []
+        self._run(op, [], lambda: box.append(call()), where)
+        return box[0]
 
     def _run(self, op: str, tensors: list, call, where: str | None) -> None:
         self.ledger.enter(op, [list(t.shape) for t in tensors], where)
@@ -148,6 +184,8 @@ class ReplicaGroup:
                 pass
         dist.destroy_process_group()
         self.owns_group = False
+        if _CURRENT and _CURRENT[0] is self:
+            _CURRENT.clear()
 
 
 def _default_store():

@@ -1,5 +1,4 @@
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,12 +20,44 @@ def pytest_configure(config):
 @pytest.fixture
 def run_script(tmp_path):
     """Run a Python script as a user would (``python script.py``); returns the CompletedProcess."""
-    import subprocess
+    from tests.harness import run_python
 
     def run(source: str, *args: str, timeout: float = 120, env: dict | None = None):
         script = tmp_path / "script.py"
         script.write_text(source)
-        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout,
-                              cwd=tmp_path, env={**os.environ, **(env or {})})
+        return run_python([str(script), *args], timeout=timeout, env=env, cwd=tmp_path)
 
     return run
+
+
+# -- tiers ------------------------------------------------------------------------------------------------------
+# unit: in-process, seconds (`make test-fast`); replicas: starts processes (Gloo replicas, launchers, the CLI as a
+# user runs it); gpu: needs a CUDA device. A test is unit unless marked replicas or gpu, and a unit test that
+# starts a process fails, naming the marker, so the fast tier stays fast.
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if not any(item.get_closest_marker(m) for m in ("replicas", "gpu")):
+            item.add_marker(pytest.mark.unit)
+
+
+class _UnitTierStartedAProcess(RuntimeError):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request, monkeypatch):
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    import multiprocessing.process
+    import subprocess
+
+    def refuse(*args, **kwargs):
+        raise _UnitTierStartedAProcess(
+            f"{request.node.nodeid} starts a process but is in the unit tier. Fix: mark it "
+            "@pytest.mark.replicas (or the module: pytestmark = pytest.mark.replicas).")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+    yield

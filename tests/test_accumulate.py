@@ -4,6 +4,8 @@ import torch
 import allgpu
 from tests.test_equivalence import make_data
 
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
+
 
 def _run(k: int, global_batch_size: int, optimizer_steps: int = 5, inline: bool = False):
     strategy = allgpu.MirroredStrategy()

@@ -6,6 +6,8 @@ import torch
 import allgpu
 from tests.test_equivalence import make_data
 
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
+
 
 def _train(kind: str, steps: int = 10):
     strategy = allgpu.CentralStorageStrategy() if kind == "central" else allgpu.MirroredStrategy()

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -15,6 +12,9 @@ from torch import nn
 
 from allgpu import checkpoint
 from allgpu.checkpoint import store
+from tests.harness import start_python
+
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
 
 # Saves a ~100 MB state (model + Adam) over and over, so a kill lands mid-write.
 _WRITER = textwrap.dedent(
@@ -40,11 +40,8 @@ def _model() -> nn.Module:
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("sharded", [False, True])
 def test_sigkill_mid_write_leaves_only_verified_checkpoints(tmp_path, sharded):
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(tmp_path), "1" if sharded else "0"],
-        stdout=subprocess.PIPE, text=True, env=env,
-    )
+    proc = start_python(["-c", _WRITER, str(tmp_path), "1" if sharded else "0"], env={"PYTHONWARNINGS": "ignore"},
+                        stderr="inherit")
     try:
         assert proc.stdout.readline().strip() == "1", "the writer did not complete its first checkpoint"
         deadline = time.monotonic() + 60

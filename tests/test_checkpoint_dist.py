@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,14 +12,11 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from allgpu import checkpoint
+from tests.harness import free_port as _free_port
+
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
 
 STEPS = 5
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _model() -> nn.Module:

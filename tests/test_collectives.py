@@ -6,6 +6,8 @@ import torch
 import allgpu
 from allgpu.errors import CollectiveTimeoutError, ReplicaFailedError
 
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
+
 
 def _values():
     strategy = allgpu.MirroredStrategy()

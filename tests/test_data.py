@@ -106,6 +106,7 @@ def _sharded_epochs():
     return epochs, (context.input_pipeline_id, context.num_input_pipelines, context.get_per_replica_batch_size(16))
 
 
+@pytest.mark.replicas
 @pytest.mark.timeout(120)
 def test_real_replicas_see_each_example_once_per_epoch_in_a_new_order():
     results = allgpu.launch(_sharded_epochs, num_replicas=2)
@@ -116,6 +117,7 @@ def test_real_replicas_see_each_example_once_per_epoch_in_a_new_order():
     assert [r[1] for r in results] == [(0, 2, 8), (1, 2, 8)]
 
 
+@pytest.mark.replicas
 def test_batches_arrive_on_the_replica_device_as_tuples():
     strategy = allgpu.OneDeviceStrategy("/cpu:0")
     data = strategy.experimental_distribute_dataset(TensorDataset(torch.zeros(8, 2), torch.arange(8)), 4)
@@ -123,6 +125,7 @@ def test_batches_arrive_on_the_replica_device_as_tuples():
     assert x.shape == (4, 2) and y.shape == (4,) and x.device == strategy.device
 
 
+@pytest.mark.replicas
 def test_tensor_tuples_and_dataloaders_are_accepted():
     strategy = allgpu.OneDeviceStrategy("/cpu:0")
     x, y = torch.zeros(8, 2), torch.arange(8)

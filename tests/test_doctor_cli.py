@@ -17,6 +17,7 @@ EXPECTED_EXIT = {"cpu_only": 0, "four_gpu_cvd0": 0, "healthy_four_gpu": 0, "gpu_
                  "h100_real": 0, "h100_busy_real": 0, "h100_cvd_duplicate_real": 1}
 
 
+@pytest.mark.replicas
 def test_this_machine_text(capsys):
     code = main(["doctor"])
     out = capsys.readouterr().out
@@ -25,6 +26,7 @@ def test_this_machine_text(capsys):
         assert "CPU build" in out and code == 0
 
 
+@pytest.mark.replicas
 def test_this_machine_json(capsys):
     code = main(["doctor", "--json"])
     data = json.loads(capsys.readouterr().out)
@@ -59,6 +61,7 @@ def test_bad_reading_file_exits_2(tmp_path, capsys, content, text):
     assert text in capsys.readouterr().err
 
 
+@pytest.mark.replicas
 @pytest.mark.timeout(120)
 def test_python_m_allgpu_doctor_json():
     proc = subprocess.run([sys.executable, "-m", "allgpu.doctor", "--json"], capture_output=True, text=True,

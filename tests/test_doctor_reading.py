@@ -50,6 +50,7 @@ def test_not_an_object():
         EnvironmentReading.from_dict([1, 2])
 
 
+@pytest.mark.replicas
 def test_read_this_machine(monkeypatch):
     """A real read (no fakes): this CI machine has a CPU build of torch and no NVIDIA driver."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
+
 SLOW_INPUT = """
 import time, torch, allgpu
 from torch.utils.data import Dataset

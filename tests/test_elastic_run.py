@@ -4,17 +4,16 @@ restart after SIGKILL, a failing replica's exit code and traceback, TF_CONFIG no
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from allgpu.runtime.elastic import parse_nnodes, plan, resolve_nproc
+from tests.harness import free_port, run_cli, start_cli, write_script as write
 from allgpu.errors import ClusterConfigError, DeviceError
+
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
 
 ALLREDUCE = """
 import os, sys, torch, torch.distributed as dist
@@ -49,31 +48,16 @@ dist.barrier()
 """
 
 
-def write(tmp_path: Path, name: str, code: str) -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(code))
-    return path
-
-
 def allgpu_run(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "allgpu.cli.main", "run", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return run_cli("run", *args, env=env, timeout=timeout)
 
 
 def start(*args: str, env: dict | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "allgpu.cli.main", "run", *args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})})
+    return start_cli("run", *args, env=env)
 
 
 def records(out: Path) -> list[dict]:
     return sorted((json.loads(p.read_text()) for p in out.glob("rank*.json")), key=lambda r: r["rank"])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.timeout(60)

@@ -6,6 +6,8 @@ from torch.utils.data import TensorDataset
 
 import allgpu
 
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
+
 
 def make_data(n=160, features=6, seed=1):
     g = torch.Generator().manual_seed(seed)

@@ -8,6 +8,8 @@ import torch
 import allgpu
 from allgpu.errors import NotMirroredError, ReplicaFailedError, StrategyStartError
 
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
+
 
 def test_model_built_outside_scope_is_an_error_naming_module_and_fix():
     strategy = allgpu.MirroredStrategy(num_replicas=1)

@@ -9,6 +9,8 @@ from torch.utils.data import TensorDataset
 import allgpu
 from allgpu.train import evaluate, fit
 
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
+
 
 def classification_data(n=128, seed=0):
     g = torch.Generator().manual_seed(seed)

@@ -128,6 +128,7 @@ def test_notebook_not_json_is_a_finding():
     assert f.rule_id == "E999" and "JSON" in f.message
 
 
+@pytest.mark.replicas
 def test_check_source_api_and_never_imports_frameworks():
     code = ("import sys, allgpu.lint as L\n"
             "src = 'import torch\\nimport tensorflow as tf\\nx = torch.load(\"a\")\\n'\n"

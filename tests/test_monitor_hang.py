@@ -14,6 +14,8 @@ from allgpu.ledger import Entry
 from allgpu.monitor import install_hang_dump
 from allgpu.monitor.hang import behind_verdict
 
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
+
 
 def _replica_one_skips_a_reduce(pid_dir: str, timeout: float):
     strategy = allgpu.MirroredStrategy(timeout=timeout)

@@ -15,6 +15,8 @@ from torch.utils.data import Dataset
 import allgpu
 from allgpu.monitor import StepMonitor
 
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
+
 
 class SleepyDataset(Dataset):
     """A dataset whose __getitem__ takes 4 ms, as slow decoding would."""

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from allgpu.runtime.replicas import free_port
+from tests.harness import free_port
+
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,6 +10,8 @@ from allgpu.errors import ReplicaFailedError
 from allgpu.progress import Callback
 from allgpu.train import fit
 
+pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)
+
 N = 64
 
 

@@ -1,4 +1,10 @@
-"""The few collectives checkpointing needs, each a no-op when ``torch.distributed`` is not initialised."""
+"""The few collectives checkpointing needs, each a no-op when ``torch.distributed`` is not initialised.
+
+On the job's default group they go through :meth:`allgpu.replica_group.ReplicaGroup.current`, the same
+collective layer as the strategies' own, so a replica that hangs or dies inside a checkpoint is named (replica,
+collective, line) like one that hangs in training. Background writes pass their own ``group`` (a separate Gloo
+group whose collectives never meet training's) and call ``torch.distributed`` directly.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from typing import Any
 import torch.distributed as dist
 
 from allgpu.errors import CheckpointError
+from allgpu.replica_group import ReplicaGroup
 
 
 def initialized() -> bool:
@@ -28,6 +35,8 @@ def all_gather(obj: Any, group: Any = None) -> list[Any]:
     """
     if not initialized():
         return [obj]
+    if group is None:
+        return ReplicaGroup.current().all_gather_object(obj, where="checkpoint")
     out: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(out, obj, group=group)
     return out
@@ -37,9 +46,19 @@ def broadcast(obj: Any, group: Any = None) -> Any:
     """Rank 0's ``obj`` on every rank."""
     if not initialized():
         return obj
+    if group is None:
+        return ReplicaGroup.current().broadcast_object(obj, where="checkpoint")
     box = [obj]
     dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
     return box[0]
+
+
+def run(op: str, call, group: Any = None):
+    """``call()``, a routine of several collectives (``dcp.save``), entered in the job's ledger as ``op`` when it
+    runs on the default group, so a replica that hangs or dies in it is named. Returns its result."""
+    if group is None and initialized():
+        return ReplicaGroup.current().run_collective(op, call, where="checkpoint")
+    return call()
 
 
 def agree(error: BaseException | None, what: str, group: Any = None) -> None:

@@ -82,12 +82,12 @@ def save(final: Path, *, tensors: dict, meta: dict, group: Any = None) -> None:
     rank = collective.rank(group)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*assuming the intent is to save in a single process.*")
-        dcp.save(
+        collective.run(f"dcp.save({final.name})", lambda: dcp.save(
             tensors,
             storage_writer=dcp.FileSystemWriter(tmp, sync_files=True, overwrite=False),
             process_group=group,
             no_dist=not collective.initialized(),
-        )
+        ), group)
     # Each rank hashes what it wrote itself, so verification data is made without reading it all on rank 0.
     mine = {
         p.name: (p.stat().st_size, sha256_of(p))

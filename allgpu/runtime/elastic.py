@@ -318,25 +318,14 @@ def _status(failure) -> str:
     return f"exit code {failure.exitcode}"
 
 
-def run(
-    script: str,
-    args: Sequence[str] = (),
-    *,
-    nproc_per_node: str | int = "auto",
-    nnodes: str | int = "1",
-    rdzv_endpoint: str | None = None,
-    rdzv_id: str | None = None,
-    node_rank: int | None = None,
-    max_restarts: int = 0,
-    monitor_interval: float = 0.1,
-    cpu_replicas: int | None = None,
-    tf_config: bool = False,
-) -> int:
+def run(script: str, args: Sequence[str] = (), **options) -> int:
     """Run ``python script.py *args`` as ``nproc_per_node`` replicas on this node under the elastic launcher.
 
     Each replica gets torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
     ``MASTER_ADDR``, ``MASTER_PORT``, ``TORCHELASTIC_RESTART_COUNT``, ...), so ``init_process_group()`` with
-    the default ``env://`` init and allgpu's strategies join the job. Options are as ``allgpu run``.
+    the default ``env://`` init and allgpu's strategies join the job. ``options`` are :func:`plan`'s keyword
+    arguments (``nproc_per_node``, ``nnodes``, ``rdzv_endpoint``, ``rdzv_id``, ``node_rank``, ``max_restarts``,
+    ``monitor_interval``, ``cpu_replicas``, ``tf_config``), as ``allgpu run``'s flags.
 
     Returns:
         0 when every replica succeeded; otherwise the first failed replica's exit code (``128 + N`` for
@@ -350,11 +339,7 @@ def run(
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    p = plan(
-        script, args, nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
-        rdzv_id=rdzv_id, node_rank=node_rank, max_restarts=max_restarts, monitor_interval=monitor_interval,
-        cpu_replicas=cpu_replicas, tf_config=tf_config,
-    )
+    p = plan(script, args, **options)
     env = dict(p.worker_env)
     if "OMP_NUM_THREADS" not in os.environ and p.nproc_per_node > 1:
         env["OMP_NUM_THREADS"] = "1"  # as torchrun: N replicas x all cores would oversubscribe the CPU

@@ -3,6 +3,10 @@
 Vocabulary follows ``tf.distribute.Strategy``: a *replica* is one process bound to one device;
 ``num_replicas_in_sync`` is the number of replicas (the world size); ``replica_id_in_sync`` is this replica's
 rank. There is no cross-replica context to enter: every replica runs the whole program (SPMD), as under DDP.
+
+**Collectives.** A method documented as a *collective* must be called by every replica, in the same order
+relative to the other collectives (gradient sync in ``backward()`` included); a replica that skips one leaves the
+others waiting until ``timeout``, and the error then names it. Methods not so marked are local to the replica.
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ class Strategy:
     # -- variables ---------------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def scope(self) -> Iterator["Strategy"]:
-        """Modules and optimizers created inside are mirrored.
+        """Modules and optimizers created inside are mirrored. A collective (at the outermost exit).
 
         Their parameters are allocated on the replica's device, made identical on every replica (broadcast from
         replica 0) when the outermost scope exits, and their gradients are averaged across replicas by the time
@@ -98,7 +102,9 @@ class Strategy:
         self._mirror(recorder.params, recorder.buffers)
 
     def mirror(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Mirror a module built outside ``scope()`` (loaded from disk, say): move, broadcast, sync. Returns it."""
+        """Mirror a module built outside ``scope()`` (loaded from disk, say): move, broadcast, sync. Returns it.
+
+        A collective: every replica mirrors the same module (replica 0's values are broadcast)."""
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
         self._mirror(list(module.parameters()), list(module.buffers()))
@@ -118,8 +124,8 @@ class Strategy:
     def run(self, fn: Callable, args: tuple = (), kwargs: dict | None = None) -> Any:
         """Run ``fn(*args, **kwargs)`` on this replica and return its result (``tf.distribute.Strategy.run``).
 
-        Every replica calls ``run`` with its own per-replica values; collectives inside ``fn`` (gradient sync,
-        ``reduce``) meet the other replicas' calls.
+        Local: ``run`` itself communicates nothing. Every replica calls it with its own per-replica values, and
+        collectives inside ``fn`` (gradient sync, ``reduce``) meet the other replicas' calls.
         """
         if not callable(fn):
             raise TypeError(f"strategy.run(fn, ...) needs a callable fn; got {type(fn).__name__}.")
@@ -138,7 +144,7 @@ class Strategy:
                 elements of all replicas (correct when replicas hold different counts).
 
         Returns:
-            The reduced tensor on this replica's device, identical on every replica.
+            The reduced tensor on this replica's device, identical on every replica. A collective.
 
         Raises:
             ValueError: unknown ``op``. CollectiveTimeoutError: a replica did not arrive in time.
@@ -162,7 +168,8 @@ class Strategy:
         """Concatenate every replica's ``value`` along ``axis``, in replica order (``Strategy.gather``).
 
         Sizes along ``axis`` may differ between replicas (an uneven last batch); other dimensions must match.
-        Returns a tensor of shape ``(sum of sizes along axis, ...)`` on this replica's device.
+        Returns a tensor of shape ``(sum of sizes along axis, ...)`` on this replica's device. A collective (two
+        all-gathers: the sizes, then the padded values).
         """
         tensor = torch.as_tensor(value, device=self.device)
         if tensor.dim() == 0:
@@ -178,7 +185,7 @@ class Strategy:
         return torch.cat([p.narrow(axis, 0, s) for p, s in zip(parts, sizes)], dim=axis)
 
     def barrier(self) -> None:
-        """Wait until every replica reaches this call."""
+        """Wait until every replica reaches this call. A collective."""
         self._group.barrier()
 
     # -- gradients ---------------------------------------------------------------------------------------------
@@ -191,6 +198,7 @@ class Strategy:
 
         The counter lives in the strategy: ``strategy.accumulate(k)`` returns the same object for the same ``k``,
         so ``with strategy.accumulate(4):`` written inside the loop (Accelerate's style) counts correctly too.
+        Local; every replica must use the same ``k``, since the all-reduce of each k-th backward is a collective.
         """
         if k not in self._accumulations:
             self._accumulations[k] = Accumulation(self._sync, k)
@@ -198,7 +206,8 @@ class Strategy:
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
-        """Backward passes inside accumulate gradients locally without all-reduce (DDP's ``no_sync``)."""
+        """Backward passes inside accumulate gradients locally without all-reduce (DDP's ``no_sync``). Local; every
+        replica must enter it for the same backward passes."""
         previous = self._sync.enabled
         self._sync.enabled = False
         try:
@@ -213,7 +222,8 @@ class Strategy:
         """Each replica gets disjoint ``global_batch_size / num_replicas_in_sync``-example batches every step.
 
         See :class:`allgpu.data.DistributedDataset`. Raises ValueError when the global batch does not divide
-        evenly, TypeError for an iterable-style dataset.
+        evenly, TypeError for an iterable-style dataset. Local: each replica computes its own shard from the
+        common seed, with no communication.
         """
         return DistributedDataset(dataset, global_batch_size=global_batch_size, num_replicas=self.num_replicas_in_sync,
                                   rank=self.replica_id_in_sync, device=self.device, shuffle=shuffle, seed=seed,
@@ -228,7 +238,7 @@ class Strategy:
         """Call ``dataset_fn(input_context)`` on each replica; its iterable of per-replica batches is fed to the device.
 
         The function shards and batches for itself, using ``input_context.input_pipeline_id`` and
-        ``input_context.get_per_replica_batch_size(global_batch_size)``.
+        ``input_context.get_per_replica_batch_size(global_batch_size)``. Local.
         """
         context = InputContext(self.num_replicas_in_sync, self.replica_id_in_sync, self.num_replicas_in_sync)
         return PerReplicaInput(dataset_fn(context), self.device, context)
@@ -237,7 +247,8 @@ class Strategy:
         return self._group.local_world_size
 
     def close(self) -> None:
-        """Leave the job: remove hooks, destroy the process group this strategy started."""
+        """Leave the job: remove hooks, destroy the process group this strategy started. Every replica calls it
+        (replica 0, which may host the job's store, leaves last)."""
         if self._check is not None:
             self._check.close()
         self._group.close()
