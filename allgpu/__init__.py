@@ -36,6 +36,7 @@ _EXPORTS = {
     "History": "allgpu.train",
     "Callback": "allgpu.train",
     "Placement": "allgpu.runtime.placement",
+    "compute_average_loss": "allgpu.losses",
 }
 
 # Modules that moved in the 0.2 reshape, still importable under their old names (``import allgpu.tf_config``).

@@ -4,7 +4,11 @@
 ``experimental_distribute_dataset``: each step, the B examples of one global batch are split into N contiguous
 per-replica batches of B / N, so N replicas see exactly the examples one replica would see at batch B, in the
 same order (the equivalence invariant). The order is a permutation seeded by ``seed + epoch``: reshuffled each
-epoch, identical on every replica without communication. The position (epoch, step) is part of
+epoch, identical on every replica without communication. As with ``tf.data``'s ``reshuffle_each_iteration``,
+every iteration is a new epoch, and so is a *new* ``distribute_dataset`` object over the same data: the strategy
+counts the epochs already drawn for each (seed, length, global batch) and a new object continues from there, so
+``for epoch ...: for batch in strategy.distribute_dataset(data, B)`` reshuffles every epoch (the same order on
+every replica, since every replica creates the same objects in the same order). The position (epoch, step) is part of
 :meth:`DistributedDataset.state_dict`, so a resumed run, with any number of replicas, continues with exactly the
 examples not yet seen.
 """
@@ -20,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, TensorDataset
 
 from allgpu.advice import workers_here
+from allgpu.data_rng import SeededExamples, loader_generator, seeded
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,19 @@ def as_map_dataset(data):
     return data
 
 
+class EpochCounter:
+    """Epochs already drawn per dataset key, kept by the strategy so a new dataset object does not restart at 0."""
+
+    def __init__(self):
+        self._next: dict[tuple, int] = {}
+
+    def next_epoch(self, key: tuple) -> int:
+        return self._next.get(key, 0)
+
+    def drawn(self, key: tuple, epoch: int) -> None:
+        self._next[key] = max(self._next.get(key, 0), epoch + 1)
+
+
 class DistributedDataset:
     """This replica's view of a dataset distributed across replicas; iterate it once per epoch.
 
@@ -195,7 +213,8 @@ class DistributedDataset:
 
     def __init__(self, dataset: Dataset, *, global_batch_size: int, num_replicas: int, rank: int,
                  device: torch.device, shuffle: bool = True, seed: int = 0, num_workers: int | str = "auto",
-                 drop_remainder: bool = True, local_replicas: int | None = None, collate_fn: Callable | None = None):
+                 drop_remainder: bool = True, local_replicas: int | None = None, collate_fn: Callable | None = None,
+                 epochs: EpochCounter | None = None):
         dataset = as_map_dataset(dataset)
         if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise TypeError(
@@ -204,6 +223,7 @@ class DistributedDataset:
                 "pipeline with strategy.distribute_datasets_from_function(fn)."
             )
         self.dataset = dataset
+        self._examples = seeded(dataset, seed)  # augmentation seeded per (seed, epoch, index): see data_rng.py
         self.device = device
         self.global_batch_size = global_batch_size
         self.sampler = ShardSampler(len(dataset), global_batch_size, num_replicas, rank, shuffle=shuffle,
@@ -219,7 +239,9 @@ class DistributedDataset:
             **({"collate_fn": collate_fn} if collate_fn else {}),
         )
         self._resume: tuple[int, int] | None = None
-        self._next_epoch = 0
+        self._counter = epochs
+        self._key = (seed, len(dataset), global_batch_size, shuffle)
+        self._next_epoch = epochs.next_epoch(self._key) if epochs is not None else 0
         self.epoch = 0
         self.step = 0
         self.feed: _DeviceFeed | None = None
@@ -233,13 +255,25 @@ class DistributedDataset:
         self._next_epoch = epoch
         self._resume = None
 
+    def start_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch ``epoch``, unless a loaded state resumes inside an epoch (``fit`` uses it)."""
+        if self._resume is None:
+            self._next_epoch = epoch
+
     def __iter__(self) -> Iterator:
         epoch, start = self._resume if self._resume else (self._next_epoch, 0)
         self._resume = None
         self.sampler.epoch, self.sampler.start_step = epoch, start
         self.epoch, self.step = epoch, start
         self._next_epoch = epoch + 1
-        loader = DataLoader(self.dataset, batch_sampler=self.sampler, **self._loader_kwargs)
+        if self._counter is not None:
+            self._counter.drawn(self._key, epoch)
+        if isinstance(self._examples, SeededExamples):
+            self._examples.epoch = epoch
+        # Own generator: creating the loader must not draw from the global stream (Dropout's), or a resumed run
+        # would see different masks from the run it continues.
+        loader = DataLoader(self._examples, batch_sampler=self.sampler, generator=loader_generator(self.sampler.seed, epoch),
+                            **self._loader_kwargs)
         self.feed = _DeviceFeed(loader, self.device)
         for batch in self.feed:
             self.step += 1  # counted on delivery: a state saved after this step's update resumes after it

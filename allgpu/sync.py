@@ -5,8 +5,15 @@ Parallel Training", VLDB 2020): parameters are grouped into buckets of about ``b
 registration order (roughly the order gradients become ready); a post-accumulate-grad hook marks each parameter
 ready, and a bucket whose parameters are all ready is all-reduced asynchronously while the backward pass goes
 on. Buckets are launched strictly in index order so every replica issues the same collectives in the same
-order. An autograd engine callback at the end of backward launches what remains (a parameter unused this step
-contributes zeros), waits, and leaves each ``param.grad`` as a view of its averaged bucket (no copy back).
+order. An autograd engine callback at the end of backward launches what remains, waits, and leaves each
+``param.grad`` as a view of its averaged bucket (no copy back).
+
+Unused parameters, as DDP: a parameter unused on some replica contributes zeros there; one unused on *every*
+replica keeps ``grad is None`` (an optimizer then skips it, as on one device). Each bucket carries one extra
+element per parameter counting the replicas that used it, so finding out costs no extra collective.
+Buffers (BatchNorm running statistics), as DDP's ``broadcast_buffers=True``: replica 0's are broadcast to the
+others at the end of every backward that synchronises, so replicas never drift and checkpoints hold what
+every replica holds.
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ class _Bucket:
     def __init__(self, params: list[torch.nn.Parameter]):
         self.params = params
         self.numel = sum(p.numel() for p in params)
-        self.buffer = torch.zeros(self.numel, dtype=params[0].dtype, device=params[0].device)
+        # One trailing element per parameter: how many replicas used it this round (summed by the all-reduce).
+        self.buffer = torch.zeros(self.numel + len(params), dtype=params[0].dtype, device=params[0].device)
+        self.used = self.buffer[self.numel:]
         self.views, offset = [], 0
         for p in params:
             self.views.append(self.buffer[offset : offset + p.numel()].view_as(p))
@@ -66,6 +75,9 @@ class GradientSync:
         self.buckets: list[_Bucket] = []
         self._bucket_of: dict[int, tuple[int, int]] = {}
         self.enabled = True
+        self.broadcast_buffers = True
+        self.buffers: list[torch.Tensor] = []
+        self._fired: set[int] = set()  # parameters whose gradient was produced since the last round
         self.divisor = float(group.world_size)
         self.rounds = 0
         self.collectives = 0
@@ -86,6 +98,11 @@ class GradientSync:
             p.register_post_accumulate_grad_hook(self._on_grad_ready)
         if new:
             self._rebuild()
+
+    def add_buffers(self, buffers: Iterable[torch.Tensor]) -> None:
+        """Register buffers to broadcast from replica 0 after each synchronising backward."""
+        known = {id(b) for b in self.buffers}
+        self.buffers.extend(b for b in buffers if id(b) not in known and not known.add(id(b)))
 
     def _rebuild(self) -> None:
         self.buckets, self._bucket_of = [], {}
@@ -109,7 +126,10 @@ class GradientSync:
 
     # -- during backward ---------------------------------------------------------------------------------------
     def _on_grad_ready(self, param: torch.nn.Parameter) -> None:
-        if not self.enabled or not self.needed:
+        if not self.needed:
+            return
+        self._fired.add(id(param))  # also under no_sync: accumulated micro-batches count as use
+        if not self.enabled:
             return
         if not self._active:
             self._active = True
@@ -124,12 +144,14 @@ class GradientSync:
             self._next += 1
 
     def _launch(self, bucket: _Bucket) -> None:
-        for p, view in zip(bucket.params, bucket.views):
+        for i, (p, view) in enumerate(zip(bucket.params, bucket.views)):
             grad = p.grad
-            if grad is None:
+            used = id(p) in self._fired and grad is not None
+            if not used:
                 view.zero_()
             elif grad.data_ptr() != view.data_ptr():
                 view.copy_(grad)
+            bucket.used[i] = self.divisor if used else 0.0  # 1 per using replica after the division
         bucket.buffer.div_(self.divisor)
         if self.group.world_size > 1:
             wire = bucket.buffer
@@ -154,9 +176,20 @@ class GradientSync:
                 if bucket.wire is not None:
                     bucket.buffer.copy_(bucket.wire)
                     bucket.wire = None
-                for p, view in zip(bucket.params, bucket.views):
-                    p.grad = view
+                used = bucket.used.tolist()
+                for p, view, count in zip(bucket.params, bucket.views, used):
+                    if count > 0.5:  # unused on every replica: its grad is left as it was (None), as on one device
+                        p.grad = view
+            self._broadcast_buffers()
         finally:
             self._active = False
+            self._fired.clear()
         self.rounds += 1
         self.wait_s = time.perf_counter() - start
+
+    def _broadcast_buffers(self) -> None:
+        if not (self.broadcast_buffers and self.buffers and self.group.world_size > 1):
+            return
+        from allgpu.mirror import mirror_tensors
+
+        mirror_tensors(self.buffers, self.group, where="buffer broadcast after backward")

@@ -212,7 +212,7 @@ def test_background_write_holds_the_state_at_save_time(tmp_path):
 def test_background_write_failure_surfaces_on_wait(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("a file where a directory is expected")
-    with pytest.raises(OSError):
+    with pytest.raises(CheckpointError, match="cannot be written"):  # not a raw OSError (issue 10)
         checkpoint.save(blocker, model=_model())
     (tmp_path / "squat").mkdir()
     handle = checkpoint.save(tmp_path / "squat", model=_model(), step=1, blocking=False)

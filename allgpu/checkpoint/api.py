@@ -21,6 +21,7 @@ from torch import nn
 import allgpu
 from allgpu.checkpoint import collective, sharded, store
 from allgpu.checkpoint.format import CorruptCheckpointError, read_file, write_file
+from allgpu.checkpoint.preflight import directory_error
 from allgpu.checkpoint.pending import PendingCheckpoint, track, wait_pending
 from allgpu.checkpoint.state import (
     CheckpointState,
@@ -33,6 +34,7 @@ from allgpu.checkpoint.state import (
     load_optimizer,
 )
 from allgpu.errors import CheckpointError
+from allgpu.live import check_supported
 
 FORMAT = 1
 _ASYNC_GROUPS: dict[int, Any] = {}  # default group id -> Gloo group for background sharded writes
@@ -98,12 +100,16 @@ def save(
         TypeError / ValueError: bad arguments, naming which.
         CheckpointError: ``data_state`` or ``extra`` holds something ``weights_only`` loading refuses,
             or a previous background write failed.
-        OSError: the directory cannot be written.
+        CheckpointError: the directory is a file or cannot be written (from the OSError, naming it).
     """
+    check_supported("checkpoint")
     directory = _validate(directory, model, optimizer, epoch, step, data_state, extra, keep)
     wait_pending()  # one write in flight at a time, so checkpoints land in step order
     started = time.perf_counter()
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise directory_error(directory, exc) from exc
     meta = {
         "format": FORMAT,
         "allgpu_version": allgpu.__version__,
@@ -132,20 +138,32 @@ def save(
         payload = dict(meta, **state)
 
         def job() -> None:
+            store.set_aside_if_corrupt(final)  # a corrupt file of the same step is moved, not overwritten
             write_file(final, payload)
             store.VERIFIED.add(final)
             store.prune(directory, keep, protect=final)
 
     if blocking:
-        error = None
-        if job is not None:
-            try:
-                job()
-            except Exception as exc:  # reported to every replica by agree(), never a hang in a barrier
-                error = exc
+        error = _run_write(job, directory)
         collective.agree(error, f"writing checkpoint {final}")
         return final
     return track(PendingCheckpoint(final, job, time.perf_counter() - started))
+
+
+def _run_write(job, directory: Path) -> BaseException | None:
+    """Run the write job (replica 0's; None elsewhere); return its error, to be reported to every replica by
+    ``agree`` (never a hang in a barrier). Disk full, permissions: a CheckpointError naming the folder."""
+    if job is None:
+        return None
+    try:
+        job()
+    except OSError as exc:
+        error = directory_error(directory, exc)
+        error.__cause__ = exc
+        return error
+    except Exception as exc:
+        return exc
+    return None
 
 
 def _save_sharded(directory, model, optimizer, meta, keep, blocking, started) -> Path | PendingCheckpoint:
@@ -223,6 +241,7 @@ def restore(
         CheckpointError: nothing valid exists at the path, the explicit checkpoint is corrupt, or the model
             / optimizer does not fit (naming missing and unexpected keys and the fix).
     """
+    check_supported("checkpoint")
     if not isinstance(model, nn.Module):
         raise TypeError(f"restore(model=...) got a {type(model).__name__}; expected a torch.nn.Module")
     path = Path(path_or_directory)

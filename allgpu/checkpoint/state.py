@@ -206,6 +206,15 @@ def load_optimizer(optimizer: torch.optim.Optimizer, state_dict: dict, *, source
     Raises:
         CheckpointError: the saved optimizer has different parameter groups or sizes.
     """
+    saved_keys = set(state_dict["param_groups"][0]) - {"params"} if state_dict.get("param_groups") else set()
+    mine = set(optimizer.param_groups[0]) - {"params"} if optimizer.param_groups else set()
+    # Keys on both sides that the other lacks: another optimizer class (newer torch only adds keys on one side).
+    if saved_keys - mine and mine - saved_keys:
+        raise CheckpointError(
+            f"checkpoint {source} holds the state of a different optimizer than {type(optimizer).__name__}: its "
+            f"hyper-parameters {_few(sorted(saved_keys - mine))} are not {type(optimizer).__name__}'s, which has "
+            f"{_few(sorted(mine - saved_keys))}. Fix: create the optimizer class that saved it, or restore the model "
+            "alone (without optimizer=).")
     try:
         optimizer.load_state_dict(state_dict)
     except (ValueError, KeyError, RuntimeError) as exc:

@@ -150,26 +150,62 @@ def latest(directory: Path, *, warn: bool = True) -> Path | None:
     return None
 
 
-def prune(directory: Path, keep: int | None, *, protect: Path | None = None) -> list[Path]:
-    """Delete checkpoints older than the ``keep`` newest verified ones; return what was deleted.
+CORRUPT_FOLDER = "corrupt"
 
-    Corrupt checkpoints newer than the oldest kept one stay (``latest`` skips them with a warning);
-    ``protect`` (the checkpoint just written) is never deleted. Temporaries older than one hour, left by
-    crashed writes, are removed too.
+
+def move_aside(path: Path, reason: str = "") -> Path:
+    """Move a checkpoint that failed verification into ``<directory>/corrupt/`` (never delete it: it may be the
+    only copy of a long run, and a person may want to look at it); warn saying where. Returns the new path."""
+    path = Path(path)
+    target_dir = path.parent / CORRUPT_FOLDER
+    target_dir.mkdir(exist_ok=True)
+    target = target_dir / path.name
+    n = 1
+    while target.exists():
+        target, n = target_dir / f"{path.name}.{n}", n + 1
+    path.rename(target)
+    warnings.warn(f"allgpu: checkpoint {path} failed verification{': ' + reason if reason else ''}; moved to "
+                  f"{target} (not deleted).", stacklevel=3)
+    return target
+
+
+def set_aside_if_corrupt(path: Path) -> None:
+    """Before a write replaces ``path``: move it aside if it exists and fails verification (never overwrite it)."""
+    if Path(path).is_file():  # a folder squatting on the name is not a checkpoint: the write fails as it should
+        try:
+            verify(path, use_cache=True)
+        except CorruptCheckpointError as exc:
+            move_aside(path, str(exc))
+
+
+def prune(directory: Path, keep: int | None, *, protect: Path | None = None) -> list[Path]:
+    """Delete checkpoints older than the ``keep`` newest verified ones; return what was deleted or moved.
+
+    A checkpoint that fails verification is never deleted: it is moved into ``<directory>/corrupt/`` with a
+    warning. ``protect`` (the checkpoint just written) is never touched. Temporaries older than one hour, left
+    by crashed writes, are removed.
     """
     removed: list[Path] = []
     if keep is not None:
         kept = 0
         for entry in entries(directory):
-            if kept >= keep and entry.path != protect:
-                _remove(entry.path)
-                removed.append(entry.path)
+            if entry.path == protect:
+                kept += 1
                 continue
             try:
                 verify(entry.path, use_cache=True)
+            except CorruptCheckpointError as exc:
+                try:
+                    move_aside(entry.path, str(exc))
+                    removed.append(entry.path)
+                except OSError:
+                    pass  # cannot move it: leave it where it is, still not deleted
+                continue
+            if kept >= keep:
+                _remove(entry.path)
+                removed.append(entry.path)
+            else:
                 kept += 1
-            except CorruptCheckpointError:
-                pass
     now = time.time()
     for child in Path(directory).iterdir():
         if child.name.startswith(TEMP_PREFIX):

@@ -155,6 +155,13 @@ _R = [
          "Fix:\n    strategy = allgpu.MirroredStrategy()\n    with strategy.scope():\n        model = Net()\n"
          "        optimizer = torch.optim.AdamW(model.parameters())\n"
          "    allgpu.fit(model, optimizer, loss_fn, data, epochs=3, global_batch_size=256, strategy=strategy)"),
+    Rule("AG002", "error", "allgpu-loss-divided-by-global-batch",
+         "loss summed and divided by the global batch by hand in an allgpu script",
+         "TensorFlow sums gradients across replicas, so its tutorials scale the loss as\n"
+         "`sum(per_example_loss) / GLOBAL_BATCH`. allgpu averages gradients (as DDP does): the same line makes\n"
+         "every gradient num_replicas_in_sync times too small, which divides the learning rate by N.\n"
+         "Fix:\n    loss = allgpu.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)\n"
+         "or the mean over the replica's batch: `loss = loss_fn(model(x), y)` with reduction='mean'."),
 ]
 
 RULES: dict[str, Rule] = {r.id: r for r in _R}

@@ -30,6 +30,7 @@ CHECKS = (
     rules_torch.check_pt005, rules_torch.check_pt006, rules_torch.check_pt007, rules_torch.check_pt008,
     rules_torch.check_pt009, rules_torch.check_pt011,
     rules_allgpu.check_ag001,
+    rules_allgpu.check_ag002,
 )
 _NOQA = re.compile(r"#\s*allgpu:\s*noqa(?:\[([^\]]*)\])?", re.IGNORECASE)
 _SKIP_DIRS = {".git", ".hg", ".venv", "venv", "__pycache__", ".ipynb_checkpoints", "node_modules", ".tox",

@@ -50,3 +50,39 @@ def check_ag001(ctx) -> None:
         return
     emit_outside_scope(ctx, "AG001", lambda c: torch_model_creation(mod, c), _trained(mod),
                        lambda kind, name: f"model `{name}` built outside strategy.scope(): allgpu will not mirror it")
+
+
+def _global_batch_names(mod) -> set[str]:
+    """Names passed as ``global_batch_size=`` in the script, plus any name that spells "global batch"."""
+    names = set()
+    for call, _ in mod.calls:
+        name = dotted(kwarg(call, "global_batch_size"))
+        if name:
+            names.add(name)
+    return names
+
+
+def _is_sum(mod, node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Attribute) and node.func.attr == "sum" and not node.args:
+        return True
+    return mod.qualname(node.func) == "torch.sum"
+
+
+def check_ag002(ctx) -> None:
+    """A summed loss divided by the global batch by hand: under allgpu's averaged gradients, lr / N."""
+    mod, facts = ctx.mod, ctx.facts
+    if not facts.has_strategy("allgpu", multi_device=False):
+        return
+    known = _global_batch_names(mod)
+    for node in ast.walk(mod.tree):
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and _is_sum(mod, node.left)):
+            continue
+        name = dotted(node.right) or ""
+        plain = name.rsplit(".", 1)[-1].lower().replace("_", "")
+        if name in known or "globalbatch" in plain:
+            ctx.emit("AG002", node, f"loss summed and divided by the global batch `{name}` by hand: allgpu averages "
+                                    "gradients across replicas, so this divides the learning rate by "
+                                    "num_replicas_in_sync; use allgpu.compute_average_loss(per_example_loss, "
+                                    f"{name}) or the per-replica mean")

@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from allgpu.devices import Device, cuda_device_count, parse_device, resolve_replica_devices, why_no_gpu
 from allgpu.errors import StrategyStartError
+from allgpu.live import check_second
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.cluster import ClusterSpec, from_torchrun_env
 from allgpu.runtime.process_group import init_process_group
@@ -95,15 +96,24 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
     launched = launch_env.read()
     timeout_s = launch_env.resolve_timeout(timeout, launched)
     spec = from_torchrun_env()
+    wanted = len(resolve_replica_devices(num_replicas, devices)) if (num_replicas or devices) else None
+    if spec is not None or dist.is_initialized():  # a second strategy must not silently take another count
+        check_second(name, wanted, joins_group=True)
     if spec is not None:
         install_replica_excepthook(spec.rank, launched.error_dir)
         device = launched_device(spec.local_rank, launched)
         return _joined(spec, device, timeout_s, backend, launched.error_dir)
     if dist.is_initialized():
+        if wanted is not None and wanted != dist.get_world_size():
+            raise StrategyStartError(
+                f"{name} asks for {wanted} replicas, but this process already belongs to a process group of "
+                f"{dist.get_world_size()} (torch.distributed.init_process_group was called). Fix: leave devices/"
+                "num_replicas out to join it, or destroy_process_group() first.")
         local_rank = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
         return Placement(dist.get_rank(), dist.get_world_size(), local_rank, dist.get_world_size(),
                          launched_device(local_rank, launched), timeout_s, source="user")
     device_list = resolve_replica_devices(num_replicas, devices)
+    check_second(name, len(device_list), joins_group=False)
     first = cluster(len(device_list)) if cluster is not None else None
     return _start(name, device_list, timeout_s, backend, fallback, first)
 

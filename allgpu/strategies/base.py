@@ -16,8 +16,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from allgpu import live
 from allgpu.accumulate import Accumulation
-from allgpu.data import DistributedDataset, InputContext, PerReplicaInput
+from allgpu.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput
 from allgpu.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
 from allgpu.replica_group import REDUCE_OPS, ReplicaGroup
 from allgpu.sync import COMPRESSIONS, GradientSync
@@ -42,6 +43,8 @@ class Strategy:
         self._mirrored_ids: set[int] = set()
         self._accumulations: dict[int, Accumulation] = {}
         self._scope_depth = 0
+        self._data_epochs = EpochCounter()
+        live.register(self)
 
     # -- who and where -----------------------------------------------------------------------------------------
     @property
@@ -68,6 +71,33 @@ class Strategy:
     def gradient_sync(self) -> GradientSync:
         """The gradient synchroniser (counters ``rounds``, ``collectives``, ``wait_s``)."""
         return self._sync
+
+    @property
+    def broadcast_buffers(self) -> bool:
+        """True (default, as DDP): after each synchronising backward, replica 0's buffers (BatchNorm running
+        statistics) overwrite the other replicas', one broadcast per dtype. False: each replica keeps its own."""
+        return self._sync.broadcast_buffers
+
+    @broadcast_buffers.setter
+    def broadcast_buffers(self, value: bool) -> None:
+        self._sync.broadcast_buffers = bool(value)
+
+    def convert_sync_batchnorm(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Replace every ``BatchNorm*d`` in ``module`` by ``torch.nn.SyncBatchNorm`` (statistics over the global
+        batch); call it before ``scope()`` exits or before ``mirror``. Returns the converted module.
+
+        Raises:
+            UnsupportedError: CPU replicas: PyTorch's SyncBatchNorm runs on GPUs only; buffers are then kept
+                identical by the per-step broadcast from replica 0 (``broadcast_buffers``).
+        """
+        if self.num_replicas_in_sync > 1 and self.device.type == "cpu":
+            from allgpu.errors import UnsupportedError
+
+            raise UnsupportedError(
+                "torch.nn.SyncBatchNorm runs on GPUs only, and these replicas are on CPU. Without it each replica "
+                "normalises over its own batch and replica 0's running statistics are broadcast after every step "
+                "(broadcast_buffers=True), as DDP does. Fix: keep BatchNorm as it is on CPU, or use GPU replicas.")
+        return torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
 
     @property
     def replica_group(self) -> ReplicaGroup:
@@ -117,6 +147,7 @@ class Strategy:
         mirror_tensors(params + buffers, self._group)
         self._mirrored_ids.update(id(p) for p in params)
         self._sync.add(params)
+        self._sync.add_buffers(buffers)
         if self._check is not None:
             self._check.add(params)
 
@@ -126,6 +157,12 @@ class Strategy:
 
         Local: ``run`` itself communicates nothing. Every replica calls it with its own per-replica values, and
         collectives inside ``fn`` (gradient sync, ``reduce``) meet the other replicas' calls.
+
+        Loss convention: gradients are *averaged* across replicas (DDP's convention), where ``tf.distribute``
+        sums them. Inside ``fn`` compute the loss as the mean over this replica's examples (``reduction="mean"``,
+        the default of torch losses); with TensorFlow's spelling, sum over examples divided by the global batch,
+        use :func:`allgpu.compute_average_loss` (a hand-written ``loss.sum() / GLOBAL_BATCH`` would divide the
+        learning rate by ``num_replicas_in_sync``).
         """
         if not callable(fn):
             raise TypeError(f"strategy.run(fn, ...) needs a callable fn; got {type(fn).__name__}.")
@@ -221,6 +258,10 @@ class Strategy:
                            collate_fn: Callable | None = None) -> DistributedDataset:
         """Each replica gets disjoint ``global_batch_size / num_replicas_in_sync``-example batches every step.
 
+        Every iteration is a new epoch with a new order, the same on every replica, and so is a new
+        ``distribute_dataset`` object over the same data (``tf.data``'s ``reshuffle_each_iteration``): the
+        strategy counts epochs per (seed, dataset length, global batch). Randomness drawn inside the dataset's
+        ``__getitem__`` is seeded per (seed, epoch, example index) (see :mod:`allgpu.data_rng`).
         See :class:`allgpu.data.DistributedDataset`. Raises ValueError when the global batch does not divide
         evenly, TypeError for an iterable-style dataset. Local: each replica computes its own shard from the
         common seed, with no communication.
@@ -228,7 +269,8 @@ class Strategy:
         return DistributedDataset(dataset, global_batch_size=global_batch_size, num_replicas=self.num_replicas_in_sync,
                                   rank=self.replica_id_in_sync, device=self.device, shuffle=shuffle, seed=seed,
                                   num_workers=num_workers, drop_remainder=drop_remainder,
-                                  local_replicas=self._local_replicas(), collate_fn=collate_fn)
+                                  local_replicas=self._local_replicas(), collate_fn=collate_fn,
+                                  epochs=self._data_epochs)
 
     def experimental_distribute_dataset(self, dataset, global_batch_size: int, **kwargs) -> DistributedDataset:
         """Alias of :meth:`distribute_dataset`, under ``tf.distribute``'s name."""
@@ -251,6 +293,7 @@ class Strategy:
         (replica 0, which may host the job's store, leaves last)."""
         if self._check is not None:
             self._check.close()
+        live.unregister(self)
         self._group.close()
 
 

@@ -36,9 +36,11 @@ class MirroredStrategy(Strategy):
         ClusterConfigError: an incomplete or inconsistent launcher environment.
     """
 
+    starts_replicas = True  # a second strategy in the process must agree with this one's count (allgpu.live)
+
     def __init__(self, devices=None, *, num_replicas: int | None = None, fallback: str = "one_device",
                  timeout: float | None = None, backend: str | None = None, bucket_cap_mb: float = 25.0,
-                 gradient_compression: str | None = None):
+                 gradient_compression: str | None = None, broadcast_buffers: bool = True):
         validate_fallback(fallback)
         validate_timeout(timeout)
         validate_sync_options(bucket_cap_mb, gradient_compression)
@@ -46,6 +48,7 @@ class MirroredStrategy(Strategy):
                                    fallback=fallback, cluster=self._cluster())
         super().__init__(placement, check_mirrored=True, bucket_cap_mb=bucket_cap_mb,
                          gradient_compression=gradient_compression)
+        self.broadcast_buffers = broadcast_buffers
 
     def _cluster(self):
         """``cluster(local_replicas)`` for a launch-free multi-worker start; None: a job on this machine."""

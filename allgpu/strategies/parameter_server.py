@@ -41,8 +41,20 @@ class ParameterServerStrategy(Strategy):
     Raises:
         ClusterConfigError: not started as part of a job, or no rank left for a worker.
 
-    ``reduce``/``gather`` are not available (workers are not in step); ``fit`` is not supported: write the loop.
+    ``reduce``/``gather``, ``fit`` and ``allgpu.checkpoint`` are not available (workers are not in step and the
+    optimizer state lives on the servers): each raises :class:`UnsupportedError` at once, naming the alternative.
     """
+
+    unsupported = {
+        "fit": "allgpu.fit does not run under ParameterServerStrategy: it reduces metrics across replicas every "
+               "epoch, and asynchronous workers are never in step (the job would train an epoch, then fail). Fix: "
+               "write the training loop yourself (see the README's ParameterServerStrategy example), or use "
+               "MultiWorkerMirroredStrategy / MirroredStrategy with fit.",
+        "checkpoint": "allgpu.checkpoint does not work under ParameterServerStrategy: the optimizer state lives on "
+                      "the parameter servers, so a worker's checkpoint would lose it, and every worker would write "
+                      "the same file. Fix: use MultiWorkerMirroredStrategy or MirroredStrategy for checkpointed "
+                      "training; for the weights alone, torch.save(model.state_dict(), path) on worker 0.",
+    }
 
     def __init__(self, num_ps: int = 1, *, timeout: float = 300.0, worker_silence_s: float | None = None):
         spec = from_torchrun_env()

@@ -8,6 +8,7 @@ a job whose replica was killed, without user code.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -24,6 +25,17 @@ class ResumePoint:
     history: dict = field(default_factory=dict)
     history_epochs: list = field(default_factory=list)
     path: str | None = None
+    summary: str = ""  # what was resumed or why training starts from scratch, and what was skipped
+
+    def announce(self, epochs: int, strategy, verbose: bool) -> None:
+        """On every start with a checkpoint_dir, say (replica 0) what was resumed or why not; warn when the
+        checkpoint already holds ``epochs`` or more, since ``fit`` will then train nothing."""
+        if strategy.is_chief and verbose and self.summary:
+            print(f"allgpu: {self.summary}", flush=True)
+        if self.path and self.epoch >= epochs and strategy.is_chief:
+            warnings.warn(f"fit(epochs={epochs}) has nothing to train: {self.path} already holds {self.epoch} "
+                          "epochs. Fix: raise epochs, use another checkpoint_dir, or resume=False to start over.",
+                          RuntimeWarning, stacklevel=3)
 
 
 class CheckpointPlan:
@@ -46,29 +58,69 @@ class CheckpointPlan:
         self.model = model
         self.optimizer = optimizer
         self.data = data
+        if directory is not None:  # before any training: a run that could not save must not start
+            from allgpu.checkpoint import collective
+            from allgpu.checkpoint.preflight import check_directory
+
+            error = None
+            if collective.rank() == 0:
+                try:
+                    check_directory(directory)
+                except Exception as exc:
+                    error = exc
+            collective.agree(error, f"checking checkpoint_dir={str(directory)!r}")
 
     @property
     def enabled(self) -> bool:
         return self.directory is not None
 
     def restore(self) -> ResumePoint:
-        """Load the newest verified checkpoint, if any; otherwise start from scratch."""
+        """Load the newest verified checkpoint, if any; otherwise start from scratch. ``summary`` says which.
+
+        Raises:
+            CheckpointError: the newest verified checkpoint does not fit the model or optimizer (naming the keys):
+                a different model is never resumed from, and never silently trained over.
+        """
         if not self.enabled:
             return ResumePoint()
         from allgpu import checkpoint
+        from allgpu.checkpoint import store
+        from allgpu.checkpoint.format import CorruptCheckpointError
+        from allgpu.errors import CheckpointError
 
-        if checkpoint.latest_checkpoint(self.directory) is None:
-            return ResumePoint()
-        state = checkpoint.restore(self.directory, model=self.model, optimizer=self.optimizer,
-                                   map_location=self.strategy.device)
+        skipped, found = [], None
+        for entry in store.entries(self.directory):
+            try:
+                store.verify(entry.path, use_cache=True)
+                found = entry.path
+                break
+            except CorruptCheckpointError as exc:
+                skipped.append(f"skipped {entry.path.name}: {str(exc).removeprefix(str(entry.path) + ': ')}")
+        skip_note = "".join(f"; {s} (it will be moved to {store.CORRUPT_FOLDER}/ at the next save)" for s in skipped)
+        if found is None:
+            return ResumePoint(summary=f"no checkpoint to resume in {self.directory}: starting from scratch{skip_note}")
+        try:
+            state = checkpoint.restore(found, model=self.model, optimizer=self.optimizer,
+                                       map_location=self.strategy.device)
+        except CheckpointError as exc:
+            raise CheckpointError(
+                f"fit(checkpoint_dir={str(self.directory)!r}) found {found.name}, which was not saved from this model "
+                f"and optimizer, so it cannot be resumed: {exc} Fix: a new checkpoint_dir for a different model, or "
+                "resume=False to start over in this folder.") from exc
         checkpoint.restore_rng(state, self.strategy.replica_id_in_sync)
         epoch = state.epoch
+        position = ""
         if state.data_state and isinstance(self.data, DistributedDataset):
             self.data.load_state_dict(state.data_state)
             epoch = int(state.data_state["epoch"])
+            if state.data_state.get("step"):
+                position = f", {state.data_state['step']} batches into epoch {epoch + 1}"
         extra = state.extra or {}
+        summary = (f"resumed from {state.path} (saved by {state.world_size_at_save} replica"
+                   f"{'s' if state.world_size_at_save != 1 else ''}): {epoch} epochs done{position}, "
+                   f"{state.step} optimizer steps{skip_note}")
         return ResumePoint(epoch, state.step, dict(extra.get("history", {})), list(extra.get("history_epochs", [])),
-                           str(state.path))
+                           str(state.path), summary)
 
     def after_step(self, epoch: int, global_step: int, history) -> None:
         if self.enabled and self.every and global_step % self.every == 0:

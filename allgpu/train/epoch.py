@@ -51,6 +51,8 @@ class EpochRunner:
     def run(self, epoch: int, data, sums: MetricSums, global_step: int, history) -> tuple[int, int, float]:
         """Train one epoch. Returns ``(examples seen on this replica, optimizer steps so far, seconds)``."""
         start, seen, step = time.perf_counter(), 0, 0
+        if hasattr(data, "start_epoch"):
+            data.start_epoch(epoch)  # fit's epoch e is the data's epoch e (unless resuming inside it)
         batches = iter(data)
         self.timer.start_epoch(epoch)
         while self.max_steps is None or step < self.max_steps:

@@ -14,6 +14,7 @@ import torch
 
 from allgpu.data import (DistributedDataset, PerReplicaInput, as_map_dataset, evaluation_shard,
                          per_replica_batch_size)
+from allgpu.live import check_supported
 from allgpu.monitor import StepMonitor, session as monitor_session
 from allgpu.strategies.base import Strategy
 from allgpu.strategies.one_device import OneDeviceStrategy
@@ -84,6 +85,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         ValueError: a bad argument (the message names it). NotMirroredError: see above.
     """
     strategy = strategy or _default_strategy(model)
+    check_supported("fit", strategy)
     session = monitor_session.current()
     if session is not None:  # allgpu doctor --run: monitor a bounded run
         session.fit_calls += 1
@@ -99,6 +101,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     plan = CheckpointPlan(checkpoint_dir, every=checkpoint_every, keep=keep_checkpoints, strategy=strategy,
                           model=model, optimizer=optimizer, data=data)
     point = plan.restore() if resume else ResumePoint()
+    point.announce(epochs, strategy, verbose)
     history = History(point.history, point.history_epochs)
     progress = EpochProgress(verbose and strategy.is_chief, epochs, _steps_per_epoch(data, max_steps_per_epoch))
     timer = StepMonitor(strategy, num_workers=getattr(data, "num_workers", None), enabled=bool(monitor))
