@@ -25,6 +25,9 @@ class Problem:
         cause: what is wrong and why, in one or two sentences naming the devices.
         fix: what to do, with the exact command or code where there is one.
         devices: driver indices of the GPUs concerned (empty when not about particular GPUs).
+        evidence: where the finding comes from, one short string each: ``"log line 12: Could not load dynamic
+            library 'libcudnn.so.8'"``, ``"train.py:8: TF002 ..."``, ``"reading.tensorflow.built_with_cuda=False"``
+            (empty for the environment rules, whose evidence is the reading shown beside them).
 
     Raises:
         ValueError: ``severity`` is not one of ``SEVERITIES`` or ``id``/``cause``/``fix`` is empty.
@@ -35,6 +38,7 @@ class Problem:
     cause: str
     fix: str
     devices: tuple[int, ...] = ()
+    evidence: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -47,7 +51,7 @@ class Problem:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "severity": self.severity, "cause": self.cause, "fix": self.fix,
-                "devices": list(self.devices)}
+                "devices": list(self.devices), "evidence": list(self.evidence)}
 
 
 def exit_code(problems: Iterable[Problem]) -> int:
