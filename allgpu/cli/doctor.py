@@ -113,13 +113,44 @@ def run(args: argparse.Namespace) -> int:
         return run_log(args.log, json_out=args.json)
     config = DoctorConfig(json=args.json, reading=args.reading)
     try:
-        reading = load_reading(config.reading) if config.reading else read_environment()
+        if config.reading:
+            reading, frameworks = load_reading(config.reading), load_frameworks(config.reading)
+        else:
+            reading = read_environment()
+            frameworks = None if args.no_frameworks else _read_frameworks(args.framework_timeout)
     except ReadingFormatError as exc:
         print(f"allgpu doctor: {exc}", file=sys.stderr)
         return 2
     problems = diagnose(reading)
+    if frameworks is not None:
+        from allgpu.doctor.framework_rules import diagnose_frameworks
+        from allgpu.doctor.problem import by_severity
+
+        problems = by_severity(problems + diagnose_frameworks(frameworks, reading))
     if config.json:
-        print(json.dumps(to_json(reading, problems), indent=2))
+        print(json.dumps(to_json(reading, problems, frameworks), indent=2))
     else:
-        render(reading, problems)
+        render(reading, problems, frameworks=frameworks)
     return exit_code(problems)
+
+
+def _read_frameworks(timeout: float):
+    from allgpu.doctor.frameworks import installed_packages, read_frameworks
+
+    if not any(p in installed_packages() for p in ("tensorflow", "tensorflow-cpu", "tf-nightly", "jax", "keras",
+                                                     "tensorflow-gpu", "tensorflow-intel")):
+        return None
+    if sys.stderr.isatty():
+        print("allgpu doctor: reading TensorFlow/JAX/Keras in a child process (importing TensorFlow takes a few "
+              "seconds)...", file=sys.stderr)
+    return read_frameworks(timeout=timeout)
+
+
+def load_frameworks(path: Path):
+    """The ``"frameworks"`` member of a saved ``allgpu doctor --json`` output, or None when it has none."""
+    from allgpu.doctor.frameworks import FrameworksReading
+
+    data = json.loads(path.read_text())
+    if isinstance(data, dict) and isinstance(data.get("frameworks"), dict):
+        return FrameworksReading.from_dict(data["frameworks"])
+    return None
