@@ -121,11 +121,17 @@ def test_a_framework_import_that_crashes_is_recorded_with_its_exit_code(tmp_path
 
 
 @needs_tf
-def test_real_tensorflow_cpu_reading():
-    """One real import of the tensorflow-cpu the test extra installs (a few seconds)."""
-    fw = read_frameworks(timeout=240)
+def test_this_machine_shows_tensorflow_beside_pytorch(capsys):
+    """`allgpu doctor --json` here: one real import of the tensorflow-cpu the test extra installs (seconds)."""
+    code = main(["doctor", "--json", "--framework-timeout", "240"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["exit_code"] == code
+    fw = FrameworksReading.from_dict(data["frameworks"])
     assert fw.tensorflow is not None and fw.tensorflow.error is None
     assert fw.tensorflow.version.startswith("2.")
     assert fw.tensorflow.built_with_cuda is False and fw.tensorflow.gpus == ()
     assert fw.system == platform.system()
     assert fw.keras is not None and fw.keras.backend == "tensorflow"
+    if not data["reading"]["gpus"]:  # the CPU-only CI machine: a CPU build with no GPU lost is only info
+        assert {"id": "cpu-build", "severity": "info"}.items() <= next(
+            p for p in data["problems"] if p["id"] == "cpu-build").items()
