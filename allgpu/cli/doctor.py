@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             from allgpu.doctor.run_script import run_monitored
 
             return run_monitored(args.run[0], args.run[1:], steps=args.steps, report_dir=args.report)
-        return run_any(args.run[0], args.run[1:], json_out=args.json, timeout=args.timeout)
+        return run_any(args.run[0], args.run[1:], json_out=args.json, timeout=args.timeout, report_dir=args.report)
     if args.log is not None:
         return run_log(args.log, json_out=args.json)
     config = DoctorConfig(json=args.json, reading=args.reading)
