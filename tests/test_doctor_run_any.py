@@ -52,6 +52,26 @@ time.sleep(1.5)  # long enough for several GPU samples
 print(f"torch loop finished, loss={loss.item():.3f}")
 """
 
+# The same loop defined but not run at import: the verdict tests below fake the GPU samples, so the script only
+# needs its source (for lint) and a short run, not a torch import in the child (seconds each on 2 cores).
+TORCH_SOURCE_ONLY = """
+import time
+
+
+def train():
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+    model = torch.nn.Linear(4, 1)
+    for x, y in loader:
+        model(x).sum().backward()
+
+
+if __name__ == "__main__":
+    time.sleep(1.0)  # long enough for several GPU samples
+    print("script finished")
+"""
+
 
 def env(name: str, gpus: int | None = None) -> EnvironmentReading:
     reading = EnvironmentReading.from_dict(json.loads((READINGS / f"{name}.json").read_text()))
@@ -67,7 +87,7 @@ class FakeNvml:
 
     def __call__(self) -> list[GpuSample]:
         self.calls += 1
-        return [GpuSample(i, u if self.calls > 1 else 0.0,
+        return [GpuSample(i, u,
                           500.0 + (4000.0 if i in self.grows and self.calls > 1 else 0.0))
                 for i, u in enumerate(self.util)]
 
@@ -105,25 +125,25 @@ def test_plain_pytorch_script_on_one_of_two_gpus_is_single_device(tmp_path):
 
 def test_low_utilisation_names_input_bound_only_with_the_script_agreeing(tmp_path):
     # The DataLoader has no workers (lint PT005) and the GPU is busy 10%: input-bound, with both as evidence.
-    verdict, _, _ = run(tmp_path, TORCH_LOOP, env=env("healthy_four_gpu", gpus=1), sampler=FakeNvml([10.0], {0}))
+    verdict, _, _ = run(tmp_path, TORCH_SOURCE_ONLY, env=env("healthy_four_gpu", gpus=1), sampler=FakeNvml([10.0], {0}))
     assert verdict.cause_ids == ("input-bound",)
     evidence = verdict.findings[0].evidence
     assert any("busy 10%" in e for e in evidence) and any("PT005" in e for e in evidence)
     # Same samples, a script with nothing that points at input: GPU figures alone name no cause.
-    quiet = TORCH_LOOP.replace("batch_size=8)", "batch_size=8, num_workers=2)")
+    quiet = TORCH_SOURCE_ONLY.replace("batch_size=8)", "batch_size=8, num_workers=2)")
     verdict, _, _ = run(tmp_path, quiet, env=env("healthy_four_gpu", gpus=1), sampler=FakeNvml([10.0], {0}))
     assert verdict.cause_ids == () and verdict.nothing_known
     assert any("mean 10% busy" in n for n in verdict.notes)
 
 
 def test_every_gpu_busy_is_multi_gpu_ok(tmp_path):
-    quiet = TORCH_LOOP.replace("batch_size=8)", "batch_size=8, num_workers=2)")
+    quiet = TORCH_SOURCE_ONLY.replace("batch_size=8)", "batch_size=8, num_workers=2)")
     verdict, _, _ = run(tmp_path, quiet, env=env("healthy_four_gpu", gpus=2), sampler=FakeNvml([90.0, 88.0], {0, 1}))
     assert verdict.cause_ids == ("multi-gpu-ok",) and verdict.used == 2
 
 
 def test_a_script_that_never_touches_the_gpu_is_said_so_without_a_made_up_cause(tmp_path):
-    quiet = TORCH_LOOP.replace("batch_size=8)", "batch_size=8, num_workers=2)")
+    quiet = TORCH_SOURCE_ONLY.replace("batch_size=8)", "batch_size=8, num_workers=2)")
     verdict, _, _ = run(tmp_path, quiet, env=env("healthy_four_gpu", gpus=2), sampler=FakeNvml([0.0, 0.0], set()))
     assert verdict.used == 0 and verdict.cause_ids == ()
     assert any("never used a GPU" in n for n in verdict.notes)
