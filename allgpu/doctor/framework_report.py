@@ -25,6 +25,21 @@ def _tf_build(fw: FrameworksReading) -> str:
     return f"{build} ({pkgs})" if pkgs else build
 
 
+def _jax_gpus(devices: tuple[str, ...]) -> int:
+    return sum(1 for d in devices if "cpu" not in d.lower())
+
+
+def _backend_gpus(fw: FrameworksReading, env: EnvironmentReading, backend: str | None) -> str:
+    """GPUs the Keras backend sees: TensorFlow's, PyTorch's or JAX's count, as read above."""
+    if backend == "tensorflow" and fw.tensorflow is not None and not fw.tensorflow.error:
+        return f"{len(fw.tensorflow.gpus)} (TensorFlow's)"
+    if backend == "torch":
+        return f"{torch_gpus(env)} (PyTorch's)"
+    if backend == "jax" and fw.jax is not None and not fw.jax.error:
+        return f"{_jax_gpus(fw.jax.devices)} (JAX's)"
+    return "?"
+
+
 def frameworks_table(fw: FrameworksReading, env: EnvironmentReading) -> Table:
     """Rows: NVML (the driver), PyTorch, then TensorFlow / Keras / JAX as the child process read them."""
     t = Table(title="What each framework sees", title_justify="left")
@@ -42,12 +57,11 @@ def frameworks_table(fw: FrameworksReading, env: EnvironmentReading) -> Table:
     if kr is not None:
         chosen = fw.env.get("KERAS_BACKEND")
         backend = f"backend {kr.backend or '?'} " + (f"(KERAS_BACKEND={chosen})" if chosen else "(default)")
-        t.add_row("Keras", kr.version or "?", kr.error or backend, "as its backend")
+        t.add_row("Keras", kr.version or "?", kr.error or backend, _backend_gpus(fw, env, kr.backend))
     jx = fw.jax
     if jx is not None:
         plugins = ", ".join(p for p in fw.packages if p.startswith("jax-cuda")) or "no CUDA plugin"
-        gpus = "[red]failed[/red]" if jx.error else str(sum(1 for d in jx.devices if not d.lower().startswith("cpu")
-                                                          and "cpu" not in d.lower()))
+        gpus = "[red]failed[/red]" if jx.error else str(_jax_gpus(jx.devices))
         t.add_row("JAX", jx.version or "?", jx.error or f"backend {jx.backend} ({plugins})", gpus)
     if fw.env:
         t.caption = "set: " + ", ".join(f"{k}={v}" for k, v in fw.env.items() if k != "LD_LIBRARY_PATH")

@@ -64,6 +64,12 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("jax-devices", r"\[((?:(?:Cuda|Gpu|StreamExecutorGpu|Cpu|Tpu)Device\(id=\d+[^)]*\)|(?:cuda|gpu|cpu|tpu)"
        r"\(id=\d+\))(?:,\s*(?:(?:Cuda|Gpu|StreamExecutorGpu|Cpu|Tpu)Device\(id=\d+[^)]*\)|(?:cuda|gpu|cpu|tpu)"
        r"\(id=\d+\)))*)\]", None, 0, "devices JAX lists", "jax-devices"),
+    _p("xla-streamexecutor", r"StreamExecutor device \((\d+)\): (?!Host|<undefined>)", None, 0,
+       "XLA lists a CUDA device", "present"),
+    _p("lightning-gpu", r"GPU available: (True|False)(?: \(\w+\))?, used: (True|False)", None, 0,
+       "PyTorch Lightning's device summary", "lightning"),
+    _p("non-gpu-strategy", r"There are non-GPU devices in `tf\.distribute\.Strategy`", None, 0,
+       "the strategy runs on non-GPU devices", "strategy-cpu"),
     _p("nccl-init-complete", r"NCCL INFO .*nranks (\d+).*Init COMPLETE", None, 0, "NCCL joined the GPUs",
        "nccl-ranks"),
     _p("nvidia-smi-row", r"^\|\s+(\d+)\s+(?:NVIDIA|Tesla|GeForce|Quadro|TITAN|RTX|A\d|H\d|L\d|V\d)[^|]*\|",
@@ -79,6 +85,8 @@ PATTERNS: tuple[Pattern, ...] = (
        1.0, "nvidia-smi cannot reach the driver"),
     _p("libcuda-missing", r"libcuda\.so(?:\.1)?: cannot open shared object file", "no-driver", 1.0,
        "the driver library libcuda is missing"),
+    _p("nvml-version-mismatch", r"Driver/library version mismatch", "no-driver", 1.0,
+       "the loaded kernel driver and its libraries differ (reboot after a driver upgrade)"),
     _p("cuinit-303", r"failed call to cuInit: (?:UNKNOWN ERROR \(303\)|CUDA_ERROR_UNKNOWN)", "no-driver", 0.6,
        "cuInit failed: driver missing or not usable here"),
     _p("torch-driver-init", r"CUDA driver initialization failed, you might not have a CUDA gpu", "no-driver", 0.7,
@@ -86,8 +94,12 @@ PATTERNS: tuple[Pattern, ...] = (
     # --- devices-hidden -----------------------------------------------------------------------------------------
     _p("cuda-no-device", r"CUDA_ERROR_NO_DEVICE|no CUDA-capable device is detected", "devices-hidden", 0.6,
        "CUDA sees no device", "no-device"),
-    _p("cvd-set", r"CUDA_VISIBLE_DEVICES['\"]?\]?\s*[=:]\s*(['\"]?[-\d, ]*['\"]?)", "devices-hidden", 0, 
+    _p("cvd-set", r"CUDA_VISIBLE_DEVICES['\"]?\]?\s*=\s*((['\"]?)[-\d, ]*\2)(?=\s|$|;|&|\))", "devices-hidden", 0,
        "CUDA_VISIBLE_DEVICES set in the run", "cvd"),
+    _p("torch-no-gpus", r"No CUDA GPUs are available|CUDA error: invalid device ordinal", "devices-hidden", 0.6,
+       "PyTorch sees no (or fewer) GPUs than the script asks for"),
+    _p("torch-cuda-unknown", r"CUDA unknown error - this may be due to an incorrectly set up environment",
+       "devices-hidden", 0.5, "CUDA failed to start (often CUDA_VISIBLE_DEVICES changed after start)"),
     _p("tf-set-visible-empty", r"set_visible_devices\(\s*\[\s*\]", "devices-hidden", 1.0,
        "tf.config.set_visible_devices([]) hides every GPU"),
     # --- missing-cuda-libs --------------------------------------------------------------------------------------
@@ -137,7 +149,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("one-device-strategy", r"OneDeviceStrategy", "single-device-strategy", 0, "OneDeviceStrategy in use",
        "one-device"),
     # --- memory-held --------------------------------------------------------------------------------------------
-    _p("cublas-not-init", r"CUBLAS_STATUS_NOT_INITIALIZED", "memory-held", 1.0,
+    _p("cublas-not-init", r"CUBLAS_STATUS_NOT_INITIALIZED|CUBLAS_STATUS_ALLOC_FAILED", "memory-held", 1.0,
        "cuBLAS could not allocate its handle (memory taken)"),
     _p("cudnn-handle", r"Could not create cudnn handle: CUDNN_STATUS_(?:INTERNAL_ERROR|ALLOC_FAILED|NOT_INITIALIZED)",
        "memory-held", 1.0, "cuDNN could not allocate its handle (memory taken)"),
@@ -170,6 +182,8 @@ PATTERNS: tuple[Pattern, ...] = (
     # --- nccl-error ---------------------------------------------------------------------------------------------
     _p("nccl-error", r"NCCL error|nccl\w*Error\b|ncclSystemError|ncclUnhandledCudaError|ncclInternalError|"
        r"ncclRemoteError|NCCL communicator was aborted", "nccl-error", 1.0, "NCCL failed"),
+    _p("nccl-missing", r"Distributed package doesn't have NCCL built in|NCCL is not available", "nccl-error", 1.0,
+       "this PyTorch build has no NCCL"),
     _p("nccl-warn", r"NCCL WARN", "nccl-error", 0.7, "NCCL warned"),
     _p("nccl-watchdog", r"Watchdog caught collective operation timeout", "nccl-error", 1.0,
        "a collective hung until the watchdog stopped it"),

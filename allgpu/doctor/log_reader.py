@@ -103,9 +103,10 @@ def _jax_backend_cause(reason: str) -> tuple[str | None, float]:
         return "missing-cuda-libs", 1.0
     if re.search(r"CUDA_ERROR_NO_DEVICE|no CUDA-capable device", reason):
         return "devices-hidden", 0.6
-    if re.search(r"Could not find registered platform with name: \"cuda\"|No visible GPU devices|"
-                 r"no supported devices found", reason):
+    if re.search(r"Could not find registered platform with name: \"cuda\"", reason):
         return "cpu-build", 0.8
+    if re.search(r"No visible GPU devices|no supported devices found", reason):
+        return "devices-hidden", 0.6
     if re.search(r"CUDA_ERROR_NO_BINARY_FOR_GPU|no kernel image", reason):
         return "unsupported-compute-capability", 1.0
     if re.search(r"OUT_OF_MEMORY|out of memory", reason, re.I):
@@ -173,6 +174,14 @@ def _facts(reading: LogReading, pat: Pattern, m: re.Match[str], lines: list[str]
         reading.registered.update(gpus)
         if not gpus:
             reading.registered_none = True
+    elif kind == "lightning":
+        if m.group(1) == "True" and not reading.present:
+            reading.present.add(0)
+        if m.group(2) == "False":
+            reading.strategy_gpus = 0
+    elif kind == "strategy-cpu":
+        if reading.strategy_gpus is None:
+            reading.strategy_gpus = 0
     elif kind == "nccl-ranks":
         reading.nccl_ranks = max(reading.nccl_ranks or 0, int(m.group(1)))
 

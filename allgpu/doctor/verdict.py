@@ -8,6 +8,7 @@ Pure: built from a :class:`~allgpu.doctor.log_reader.LogReading` (``allgpu docto
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -119,8 +120,21 @@ def _findings(scores: _Scores, extra_notes: dict[str, str] | None = None) -> lis
     return out
 
 
-def _count(values: set[int]) -> int | None:
-    return len(values) if values else None
+def _details(log: LogReading) -> dict[str, str]:
+    """Specifics the log gives for a cause: the libraries that failed to load."""
+    libs = []
+    for h in log.hits:
+        if h.cause == "missing-cuda-libs":
+            for name in re.findall(r"'?((?:lib)?(?:cu|nv)\w*[\w.]*?(?:\.so[\d.]*|\.dll))", h.text):
+                if name not in libs:
+                    libs.append(name)
+    details = {"missing-cuda-libs": "Failed to load: " + ", ".join(libs[:6]) + "."} if libs else {}
+    if log.cvd is None and any(h.pattern == "cuda-no-device" for h in log.hits):
+        details["devices-hidden"] = ("CUDA reports no device: CUDA_VISIBLE_DEVICES (or the scheduler) hides them, "
+                                     "or the container/VM has no GPU passed through.")
+    if log.cvd is not None and log.cvd in ("", "-1"):
+        details["devices-hidden"] = f"The run sets CUDA_VISIBLE_DEVICES={log.cvd!r}, which hides every GPU."
+    return details
 
 
 def _log_devices(log: LogReading) -> tuple[int | None, int | None, int | None]:
@@ -164,7 +178,7 @@ def verdict_from_log(log: LogReading) -> Verdict:
     """
     scores = _log_scores(log)
     present, registered, used = _log_devices(log)
-    findings = _findings(scores)
+    findings = _findings(scores, _details(log))
     if not findings and _all_used(present, registered, used):
         findings = [Problem("multi-gpu-ok", "info",
                             f"The log shows {registered} GPU(s) registered"
