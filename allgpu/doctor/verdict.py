@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from allgpu.doctor.causes import CAUSES
+from allgpu.doctor.log_patterns import PATTERNS
 from allgpu.doctor.log_reader import LogHit, LogReading
 from allgpu.doctor.problem import Problem
 
 # A cause is reported when its score reaches this; one message of weight 1.0 settles it.
 THRESHOLD = 0.6
 MAX_EVIDENCE = 4
+_MEANING = {p.id: p.what for p in PATTERNS}
 NOTHING_KNOWN = ("The log shows no message allgpu doctor knows about devices, so it names no cause. Run with "
                  "TF_CPP_MIN_LOG_LEVEL=0 (TensorFlow) and paste the whole log, from the first import on.")
 
@@ -110,10 +112,13 @@ def _findings(scores: _Scores, extra_notes: dict[str, str] | None = None) -> lis
     for cause_id in ranked:
         cause = CAUSES[cause_id]
         evidence = []
-        for _, _, text in sorted(scores.weights[cause_id], key=lambda w: -w[0]):
+        strongest = sorted(scores.weights[cause_id], key=lambda w: -w[0])
+        for _, _, text in strongest:
             if text not in evidence:
                 evidence.append(text)
-        summary = cause.title[0].upper() + cause.title[1:] + "."
+        summary = cause.title[0].upper() + cause.title[1:]
+        meaning = _MEANING.get(strongest[0][1])
+        summary += f": {meaning}." if meaning else "."
         if extra_notes and cause_id in extra_notes:
             summary += " " + extra_notes[cause_id]
         out.append(Problem(cause_id, cause.severity, summary, cause.fix, evidence=tuple(evidence[:MAX_EVIDENCE])))
