@@ -68,6 +68,8 @@ PATTERNS: tuple[Pattern, ...] = (
        "XLA lists a CUDA device", "present"),
     _p("lightning-gpu", r"GPU available: (True|False)(?: \(\w+\))?, used: (True|False)", None, 0,
        "PyTorch Lightning's device summary", "lightning"),
+    _p("lightning-cvd", r"LOCAL_RANK: \d+ - CUDA_VISIBLE_DEVICES: \[([\d,\s]+)\]", None, 0,
+       "GPUs PyTorch Lightning sees", "registered"),
     _p("non-gpu-strategy", r"There are non-GPU devices in `tf\.distribute\.Strategy`", None, 0,
        "the strategy runs on non-GPU devices", "strategy-cpu"),
     _p("nccl-init-complete", r"NCCL INFO .*nranks (\d+).*Init COMPLETE", None, 0, "NCCL joined the GPUs",

@@ -168,11 +168,16 @@ def _log_notes(log: LogReading) -> list[str]:
 
 
 def _all_used(present: int | None, registered: int | None, used: int | None) -> bool:
+    """Every GPU present registered and used; with several GPUs, the log must show the job using them all
+    (a strategy's replica count, NCCL ranks): TensorFlow registers every GPU but computes on GPU:0 alone without a
+    strategy."""
     if not registered:
         return False
     if present is not None and present > registered:
         return False
-    return used is None or used >= registered
+    if used is None:
+        return registered == 1
+    return used >= registered
 
 
 def verdict_from_log(log: LogReading) -> Verdict:
@@ -194,7 +199,13 @@ def verdict_from_log(log: LogReading) -> Verdict:
                                                             "strategy-devices", "strategy-using",
                                                             "nccl-init-complete"))[:MAX_EVIDENCE])]
     nothing = not findings
-    notes = _log_notes(log) + ([NOTHING_KNOWN] if nothing else [])
+    notes = _log_notes(log)
+    if nothing and registered:
+        notes.append(f"The log shows {registered} GPU(s) registered but not how many the job used, and no message "
+                     "that keeps one idle, so it names no cause. A strategy's replica count ('Number of devices: "
+                     "N', num_replicas_in_sync) or `allgpu doctor --run` would tell.")
+    elif nothing:
+        notes.append(NOTHING_KNOWN)
     return Verdict(present, registered, used, tuple(findings), tuple(notes), nothing)
 
 
