@@ -160,7 +160,9 @@ def test_allgpu_scripts_keep_the_step_monitor_path(tmp_path):
     (tmp_path / "a.py").write_text("import allgpu\n")
     (tmp_path / "b.py").write_text("from allgpu.strategies import MirroredStrategy\n")
     (tmp_path / "c.py").write_text("import torch  # allgpu is mentioned only here\n")
+    (tmp_path / "d.py").write_text("import time, torch, allgpu\n")
     assert is_allgpu_script(str(tmp_path / "a.py")) and is_allgpu_script(str(tmp_path / "b.py"))
+    assert is_allgpu_script(str(tmp_path / "d.py"))
     assert not is_allgpu_script(str(tmp_path / "c.py")) and not is_allgpu_script(str(tmp_path / "none.py"))
 
 

@@ -8,6 +8,7 @@ decides. Exit code: the script's own when it failed, else 1 with an error findin
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -38,11 +39,21 @@ ENV_CAUSES = {"no-gpu": "no-driver", "torch-cpu-build": "cpu-build", "driver-too
 
 
 def is_allgpu_script(path: str) -> bool:
-    """True when the script imports allgpu (it then runs under the step monitor, as before)."""
+    """True when the script imports allgpu anywhere (it then runs under the step monitor, as before)."""
     try:
-        return bool(_ALLGPU_IMPORT.search(Path(path).read_text(errors="replace")))
+        text = Path(path).read_text(errors="replace")
     except OSError:
         return False
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return bool(_ALLGPU_IMPORT.search(text))
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        if any(n == "allgpu" or n.startswith("allgpu.") for n in names):
+            return True
+    return False
 
 
 def descendants(pid: int) -> set[int]:
