@@ -80,6 +80,22 @@ def test_libcuda_missing_is_the_driver_not_the_toolkit():
     assert causes(log) == ("no-driver",)
 
 
+def test_without_a_driver_the_cuda_libraries_tensorflow_tried_at_import_are_not_the_cause():
+    cudart = ("2021-05-01 10:00:00.1: W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load "
+              "dynamic library 'libcudart.so.11.0'; dlerror: libcudart.so.11.0: cannot open shared object file\n"
+              "2021-05-01 10:00:00.2: I tensorflow/stream_executor/cuda/cudart_stub.cc:29] Ignore above cudart "
+              "dlerror if you do not have a GPU set up on your machine.\n")
+    libcuda = ("2021-05-01 10:00:01.1: W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load "
+               "dynamic library 'libcuda.so.1'; dlerror: libcuda.so.1: cannot open shared object file\n"
+               "\x1b[33m2021-05-01 10:00:01.2: W tensorflow/stream_executor/cuda/cuda_driver.cc:269] failed call to "
+               "cuInit: UNKNOWN ERROR (303)\x1b[0m\n")
+    assert causes(cudart) == ("missing-cuda-libs",)
+    assert causes(cudart + libcuda) == ("no-driver",)
+    dlopen = ("2021-05-01 10:00:02.0: W tensorflow/core/common_runtime/gpu/gpu_device.cc:1850] Cannot dlopen some GPU "
+              "libraries.\n")
+    assert set(causes(cudart + libcuda + dlopen)) == {"no-driver", "missing-cuda-libs"}
+
+
 def test_no_device_with_a_missing_kernel_driver_is_no_driver_and_with_an_empty_cvd_is_hidden():
     no_device = "E tensorflow/stream_executor/cuda/cuda_driver.cc:466] failed call to cuInit: CUDA_ERROR_NO_DEVICE\n"
     driver = ("I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:86] kernel driver does not appear to be running "

@@ -17,6 +17,7 @@ _UNIT = {"B": 1 / 2**20, "KB": 1 / 1024, "KiB": 1 / 1024, "MB": 1.0, "MiB": 1.0,
 # Libraries whose absence is not a reason for an idle GPU (TensorRT is optional), or means no driver.
 _OPTIONAL_LIBS = ("libnvinfer", "nvinfer", "libtpu")
 _DRIVER_LIBS = ("libcuda.so", "nvcuda.dll", "libnvidia-ml")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colour codes in captured terminal output
 # Memory others hold, as a fraction of the GPU, past which an out-of-memory is blamed on them.
 HELD_FRACTION = 0.5
 
@@ -231,14 +232,14 @@ def read_log(text: str) -> LogReading:
     Returns:
         A :class:`LogReading`; an empty ``hits`` list when no known message appears.
     """
-    lines = text.splitlines()
+    lines = _ANSI.sub("", text).splitlines()
     reading = LogReading(lines=len(lines))
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue
         src, msg = _message(raw)
         for pat in PATTERNS:
-            m = pat.regex.search(raw if pat.kind in ("present",) and pat.id == "nvidia-smi-row" else msg)
+            m = pat.regex.search(raw if pat.id == "nvidia-smi-row" else msg)
             if not m:
                 continue
             _facts(reading, pat, m, lines, i)

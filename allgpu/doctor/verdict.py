@@ -95,6 +95,11 @@ def _log_scores(log: LogReading) -> _Scores:
         for hit in log.hits:
             if hit.pattern == "one-device-strategy":
                 scores.add("single-device-strategy", 1.0, hit.pattern, _line(hit))
+    # TensorFlow tries its CUDA libraries at import even with no driver ("Ignore above cudart dlerror if you do not
+    # have a GPU set up"); only past the driver does it say "Cannot dlopen some GPU libraries". With no driver the
+    # libraries are not what keeps the GPU idle.
+    if scores.score("no-driver") >= 1.0 and not any(h.pattern == "tf-cannot-dlopen" for h in log.hits):
+        scores.drop("missing-cuda-libs")
     # CUDA_ERROR_NO_DEVICE with no hidden-devices setting and a driver that is missing: the driver, not hiding.
     if scores.score("no-driver") >= 1.0 and log.cvd is None:
         scores.drop("devices-hidden")
