@@ -18,7 +18,8 @@ from allgpu.doctor import EnvironmentReading, ReadingFormatError, diagnose, exit
 from allgpu.doctor.report import render, to_json
 
 EPILOG = ("exit code: 0 when no problem is an error (warnings and info allowed), 1 when at least one is, "
-          "2 when --reading cannot be read.")
+          "2 when --reading or --log cannot be read; --run of a script that failed: the script's exit code. "
+          "Cause ids of --log/--run verdicts: allgpu/doctor/causes.py.")
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,9 @@ class DoctorConfig:
 
 
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.description = "Say which GPUs PyTorch can use on this machine, which it cannot, and why."
+    parser.description = ("Say which GPUs PyTorch, TensorFlow, JAX and Keras can use on this machine, which they "
+                          "cannot, and why; or explain a run's device use from its log (--log) or by running it "
+                          "(--run).")
     parser.epilog = EPILOG
     parser.add_argument("--json", action="store_true",
                         help="print the reading, the problems and the exit code as JSON")
@@ -43,14 +46,17 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--no-frameworks", action="store_true",
                         help="do not read TensorFlow/JAX/Keras installs (each is imported in a child process)")
     parser.add_argument("--framework-timeout", type=float, default=120.0, metavar="S",
-                        help="seconds each framework import may take before it counts as hung (default 120)")
+                        help="seconds the child process reading TensorFlow/JAX/Keras may take; a framework "
+                             "still importing then is reported as hung (default 120)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="with --run of a non-allgpu script: stop it after S seconds (default: no limit)")
     parser.add_argument("--steps", type=int, default=50, help="with --run: steps to monitor (default 50)")
-    parser.add_argument("--report", metavar="DIR", help="with --run: write monitor.json and monitor.png here")
+    parser.add_argument("--report", metavar="DIR", help="with --run: write monitor.json and monitor.png (allgpu "
+                        "scripts) or run.log and verdict.json (other scripts) here")
     parser.add_argument("--run", nargs=argparse.REMAINDER, metavar="SCRIPT ARGS",
-                        help="run a training script that uses allgpu.fit under the step monitor for --steps steps "
-                             "and print why its devices idle (must come last)")
+                        help="run a training script and explain its device use: an allgpu script under the step "
+                             "monitor for --steps steps; any other script as a child process with NVML samples, "
+                             "lint and one verdict (must come last)")
     return parser
 
 

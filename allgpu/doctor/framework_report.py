@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from allgpu.doctor.framework_rules import TF_CUDA_WHEELS
 from allgpu.doctor.frameworks import FrameworksReading
 from allgpu.doctor.reading import EnvironmentReading
 from allgpu.doctor.rules import torch_gpus
@@ -18,6 +19,9 @@ def _tf_build(fw: FrameworksReading) -> str:
         build = f"CUDA {tf.cuda_version or '?'}, cuDNN {tf.cudnn_version or '?'}"
         if tf.compute_capabilities:
             build += f", {' '.join(tf.compute_capabilities)}"
+        if fw.system == "Linux":
+            have = sum(1 for w in TF_CUDA_WHEELS if w in fw.packages)
+            build += f"; tensorflow[and-cuda] wheels {have}/{len(TF_CUDA_WHEELS)}"
     elif tf.built_with_cuda is False:
         build = "CPU build"
     else:

@@ -186,7 +186,7 @@ PATTERNS: tuple[Pattern, ...] = (
        r"ncclRemoteError|NCCL communicator was aborted", "nccl-error", 1.0, "NCCL failed"),
     _p("nccl-missing", r"Distributed package doesn't have NCCL built in|NCCL is not available", "nccl-error", 1.0,
        "this PyTorch build has no NCCL"),
-    _p("nccl-warn", r"NCCL WARN", "nccl-error", 0.7, "NCCL warned"),
+    _p("nccl-warn", r"NCCL WARN", "nccl-error", 0.5, "NCCL warned (alone, not enough: some warnings are benign)"),
     _p("nccl-watchdog", r"Watchdog caught collective operation timeout", "nccl-error", 1.0,
        "a collective hung until the watchdog stopped it"),
     # --- cpu-build ----------------------------------------------------------------------------------------------
