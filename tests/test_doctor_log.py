@@ -170,6 +170,14 @@ def test_cli_log_json_and_exit_codes(tmp_path, capsys):
     assert "cannot read it" in capsys.readouterr().err
 
 
+def test_cli_log_reads_stdin(monkeypatch, capsys):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("RuntimeError: Found no NVIDIA driver on your system.\n"))
+    assert main(["doctor", "--log", "-", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["causes"] == ["no-driver"]
+
+
 def test_public_bug_report_collection_floor():
     """The collection scored as benchmarks/doctor_log_eval.py does; a floor so a pattern change cannot silently
     lose it (the figures themselves are reported by the benchmark)."""

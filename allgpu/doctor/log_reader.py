@@ -153,7 +153,7 @@ def _message(raw: str) -> tuple[str, str]:
     return "", raw.strip()
 
 
-def _facts(reading: LogReading, pat: Pattern, m: re.Match[str], lines: list[str], i: int) -> None:
+def _facts(reading: LogReading, pat: Pattern, m: re.Match[str]) -> None:
     kind = pat.kind
     if kind == "present":
         reading.present.add(int(m.group(1)))
@@ -242,7 +242,7 @@ def read_log(text: str) -> LogReading:
             m = pat.regex.search(raw if pat.id == "nvidia-smi-row" else msg)
             if not m:
                 continue
-            _facts(reading, pat, m, lines, i)
+            _facts(reading, pat, m)
             given = _hit(pat, m, msg, lines, i, reading)
             cause, weight = given if given else (None, 0.0)
             reading.hits.append(LogHit(i + 1, pat.id, cause, weight, msg[:240]))
