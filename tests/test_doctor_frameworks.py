@@ -36,6 +36,7 @@ def findings(name: str) -> list[tuple[str, str]]:
     ("tf_hidden_devices", [("devices-hidden", "error")]),
     ("tf_both_packages", [("cpu-build", "warning"), ("cpu-build", "error")]),
     ("jax_cpu_only", [("cpu-build", "error")]),
+    ("jax_cudnn_too_old", [("cuda-version-mismatch", "error")]),
     ("tf_missing_cuda_wheels", [("missing-cuda-libs", "error"), ("messages-hidden", "info")]),
     ("tf_memory_held", [("memory-held", "error")]),
     ("tf_import_crash", [("framework-import-failed", "error")]),
