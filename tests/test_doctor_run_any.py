@@ -177,3 +177,17 @@ def test_cli_run_of_a_plain_script_json(tmp_path):
     assert data["script_exit_code"] == 0 and data["exit_code"] == result.returncode
     assert set(data["devices"]) == {"present", "registered", "used"}
     assert (tmp_path / "out" / "run.log").read_text() == "hello from a plain script\n"
+
+
+def test_a_tensorflow_script_seeing_fewer_gpus_gets_the_framework_reading(tmp_path):
+    """The script's log does not say why TensorFlow registered no GPU; the framework reading (a recorded one here,
+    a child process in use) does: the GPUs are below the build's compute capability."""
+    recorded = json.loads((READINGS / "frameworks" / "tf_gpu_too_old.json").read_text())
+    from allgpu.doctor.frameworks import FrameworksReading
+
+    source = "def train():\n    import tensorflow as tf\n\n\nprint('Number of devices: 1')\n"
+    verdict, _, _ = run(tmp_path, source, env=EnvironmentReading.from_dict(recorded["reading"]), sampler=None,
+                        frameworks_reader=lambda: FrameworksReading.from_dict(recorded["frameworks"]))
+    assert "unsupported-compute-capability" in verdict.cause_ids
+    finding = next(p for p in verdict.findings if p.id == "unsupported-compute-capability")
+    assert any("Tesla M60" in e and "compute_capabilities" in e for e in finding.evidence)

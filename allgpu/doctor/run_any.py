@@ -99,12 +99,31 @@ def _env_evidence(env: EnvironmentReading, source: str) -> list[tuple[str, float
         weight = 1.0 if p.severity == "error" or p.id == "no-gpu" else 0.6
         out.append((cause, weight, f"env-{p.id}", f"environment ({p.id}): {p.cause}"))
     packages = installed_packages()
+    uses_jax = bool(re.search(r"^\s*(import|from)\s+jax\b", source, re.M))
+    if uses_jax and "jax" in packages and env.gpus and not any(p.startswith("jax-cuda") for p in packages):
+        out.append(("cpu-build", 1.0, "package", "jax is installed without a jax-cuda plugin and the script imports "
+                    "JAX"))
     if uses_tf and "tensorflow-cpu" in packages:
         # With GPUs present this is why TensorFlow ignores them; without, it would be the next obstacle.
         out.append(("cpu-build", 1.0 if env.gpus else THRESHOLD, "package",
                     f"package tensorflow-cpu=={packages['tensorflow-cpu']} is installed (no CUDA) and the script "
                     "imports TensorFlow"))
     return out
+
+
+def _framework_evidence(env: EnvironmentReading, source: str, log_registered: int | None,
+                        reader: Callable | None) -> list[tuple[str, float, str, str]]:
+    """When a TensorFlow/JAX/Keras script registered fewer GPUs than the machine has (or the log does not say),
+    read the frameworks (a child process, seconds) and add what their rules find."""
+    if reader is None or not env.gpus or not re.search(r"^\s*(import|from)\s+(tensorflow|keras|jax)\b", source,
+                                                       re.M):
+        return []
+    if log_registered is not None and log_registered >= len(env.gpus):
+        return []
+    from allgpu.doctor.framework_rules import diagnose_frameworks
+
+    return [(p.id, 1.0 if p.severity == "error" else 0.5, f"framework-{p.id}",
+             f"framework reading: {p.cause} ({'; '.join(p.evidence[:2])})") for p in diagnose_frameworks(reader(), env)]
 
 
 def _stream(proc: subprocess.Popen, echo: TextIO, kept: list[str]) -> None:
@@ -141,9 +160,11 @@ def run_child(argv: list[str], echo: TextIO, timeout: float | None, job: list[in
 
 def diagnose_run(script: str, args: list[str], *, echo: TextIO, timeout: float | None = None,
                  sampler: Callable[[], list[GpuSample]] | None | str = "nvml",
-                 env: EnvironmentReading | None = None, interval_s: float = 0.5) -> tuple[Verdict, int, list[str]]:
+                 env: EnvironmentReading | None = None, interval_s: float = 0.5,
+                 frameworks_reader: Callable | None | str = "child") -> tuple[Verdict, int, list[str]]:
     """Run the script and return (verdict, its exit code, its output lines). ``sampler`` (``"nvml"``: the NVML one;
-    None: no samples) and ``env`` (default :func:`~allgpu.doctor.probe.read_environment`) are the edges tests fake."""
+    None: no samples), ``env`` (default :func:`~allgpu.doctor.probe.read_environment`) and ``frameworks_reader``
+    (``"child"``: :func:`~allgpu.doctor.frameworks.read_frameworks`; None: none) are the edges tests fake."""
     from allgpu.doctor.probe import nvml_gpu_sampler, read_environment
 
     source = Path(script).read_text(errors="replace")
@@ -155,7 +176,12 @@ def diagnose_run(script: str, args: list[str], *, echo: TextIO, timeout: float |
     code, lines, timed_out = run_child([sys.executable, script, *args], echo, timeout, job)
     uses = watch.stop() if watch else []
     used, extra, notes = sample_evidence(uses)
+    log = read_log("".join(lines))
+    if frameworks_reader == "child":
+        from allgpu.doctor.frameworks import read_frameworks as frameworks_reader
     extra += _lint_evidence(script, source) + _env_evidence(env, source)
+    extra += _framework_evidence(env, source, len(log.registered) if log.registered or log.registered_none else None,
+                                 frameworks_reader)
     notes.insert(0, f"{script} ran {time.monotonic() - started:.1f} s and exited with code {code}"
                  + (f" (stopped after --timeout {timeout:g} s)" if timed_out else "")
                  + f"; its output ({len(lines)} lines) is what the log line numbers refer to.")
@@ -163,7 +189,7 @@ def diagnose_run(script: str, args: list[str], *, echo: TextIO, timeout: float |
         notes.append("No GPU samples: NVML is not available here.")
     elif watch.error:
         notes.append(f"GPU sampling stopped early: {watch.error}.")
-    verdict = combine(read_log("".join(lines)), present=len(env.gpus), used=used, extra=extra, notes=notes)
+    verdict = combine(log, present=len(env.gpus), used=used, extra=extra, notes=notes)
     return verdict, code, lines
 
 
