@@ -210,3 +210,33 @@ def read_environment() -> EnvironmentReading:
     if quota is not None and not math.isfinite(quota):
         fields["cpu_quota"] = None
     return EnvironmentReading(**fields)
+
+
+def nvml_gpu_sampler() -> Callable[[], list]:
+    """A sampler for :class:`allgpu.doctor.gpu_samples.GpuWatch`: every GPU's utilisation, memory and processes
+    through NVML, or None where NVML cannot be used (no driver, no library). NVML stays initialised for the
+    sampler's life (one ``nvmlInit`` per run of ``allgpu doctor --run``)."""
+    from allgpu.doctor.gpu_samples import GpuSample
+
+    try:
+        import pynvml as nvml
+
+        nvml.nvmlInit()
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+    except Exception:  # no driver or library: --run goes on without GPU samples
+        return None
+    if not handles:
+        return None
+
+    def sample() -> list:
+        out = []
+        for i, h in enumerate(handles):
+            util = nvml.nvmlDeviceGetUtilizationRates(h).gpu
+            used = nvml.nvmlDeviceGetMemoryInfo(h).used / MIB
+            pids = tuple(p.pid for getter in (nvml.nvmlDeviceGetComputeRunningProcesses,
+                                              nvml.nvmlDeviceGetGraphicsRunningProcesses)
+                         for p in _try(lambda: getter(h), []))
+            out.append(GpuSample(i, float(util), float(used), pids))
+        return out
+
+    return sample

@@ -35,7 +35,9 @@ class Problem(metaclass=_FindingKind):
         cause: what is wrong and why, in one or two sentences naming the devices (the finding's ``message``).
         fix: what to do, with the exact command or code where there is one; a doctor finding always has one.
         devices: driver indices of the GPUs concerned (empty when not about particular GPUs).
-        evidence: what was read to reach the finding, one plain string an item.
+        evidence: where the finding comes from, one short string each: ``"log line 12: Could not load dynamic
+            library 'libcudnn.so.8'"``, ``"train.py:8: TF002 ..."``, ``"reading.tensorflow.built_with_cuda=False"``
+            (empty for the environment rules, whose evidence is the reading shown beside them).
 
     Raises:
         FindingError: (a ``ValueError``) ``severity`` is not one of ``SEVERITIES`` or ``id``/``cause``/``fix``
