@@ -8,7 +8,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	# The exact pin first: it takes the CPU build on disk instead of gigabytes of CUDA wheels.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,tf]'
 	touch $@
 
 install: $(VENV)/.installed

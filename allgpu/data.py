@@ -15,7 +15,6 @@ examples not yet seen.
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, TensorDataset
 
+from allgpu.advice import workers_here
 from allgpu.data_rng import SeededExamples, loader_generator, seeded
 
 
@@ -61,9 +61,9 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
 
 
 def auto_num_workers(local_replicas: int) -> int:
-    """Loader workers per replica: the cores left after one per replica, shared out, at most 4."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(4, cores // max(1, local_replicas) - 1))
+    """Loader workers per replica for ``num_workers="auto"``: :func:`allgpu.advice.suggest_workers` on this
+    process's cores (affinity, lowered by a cgroup quota), the number ``allgpu doctor`` prints."""
+    return workers_here(max(1, local_replicas)).workers
 
 
 class ShardSampler(Sampler):

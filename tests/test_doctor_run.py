@@ -27,7 +27,8 @@ allgpu.fit(model, optimizer, torch.nn.CrossEntropyLoss(), Slow(), epochs=5, glob
 print("script finished")
 """
 
-NO_FIT = "print('a custom loop without fit')\n"
+# An allgpu script (it imports allgpu) that never calls fit; scripts without allgpu: tests/test_doctor_run_any.py.
+NO_FIT = "import allgpu\nprint('a custom loop without fit')\n"
 
 
 def doctor(tmp_path, source, *extra):

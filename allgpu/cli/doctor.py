@@ -1,5 +1,7 @@
 """``allgpu doctor [--json] [--reading FILE]``: read this machine, list what keeps a GPU idle, with fixes.
-``allgpu doctor [--steps N] [--report DIR] --run script.py [args]``: run a script under the step monitor.
+``allgpu doctor --log FILE [--json]``: explain a captured run log's device use (one verdict, cause ids).
+``allgpu doctor [--steps N] [--report DIR] --run script.py [args]``: run a script and explain its device use (an
+allgpu.fit script under the step monitor; any other script as a child process with GPU samples and lint).
 
 Exit code: 0 when no problem has severity "error", 1 when one does, 2 when ``--reading`` cannot be used.
 """
@@ -16,7 +18,8 @@ from allgpu.doctor import EnvironmentReading, ReadingFormatError, diagnose, exit
 from allgpu.doctor.report import render, to_json
 
 EPILOG = ("exit code: 0 when no problem is an error (warnings and info allowed), 1 when at least one is, "
-          "2 when --reading cannot be read.")
+          "2 when --reading or --log cannot be read; --run of a script that failed: the script's exit code. "
+          "Cause ids of --log/--run verdicts: allgpu/doctor/causes.py.")
 
 
 @dataclass(frozen=True)
@@ -29,17 +32,31 @@ class DoctorConfig:
 
 
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.description = "Say which GPUs PyTorch can use on this machine, which it cannot, and why."
+    parser.description = ("Say which GPUs PyTorch, TensorFlow, JAX and Keras can use on this machine, which they "
+                          "cannot, and why; or explain a run's device use from its log (--log) or by running it "
+                          "(--run).")
     parser.epilog = EPILOG
     parser.add_argument("--json", action="store_true",
                         help="print the reading, the problems and the exit code as JSON")
     parser.add_argument("--reading", type=Path, metavar="FILE",
                         help="diagnose a reading saved with `allgpu doctor --json` (e.g. on another machine)")
+    parser.add_argument("--log", type=Path, metavar="FILE",
+                        help="explain a captured stdout/stderr of a TensorFlow, JAX, Keras or PyTorch run "
+                             "('-' reads stdin): devices registered and used, and causes with evidence")
+    parser.add_argument("--no-frameworks", action="store_true",
+                        help="do not read TensorFlow/JAX/Keras installs (each is imported in a child process)")
+    parser.add_argument("--framework-timeout", type=float, default=120.0, metavar="S",
+                        help="seconds the child process reading TensorFlow/JAX/Keras may take; a framework "
+                             "still importing then is reported as hung (default 120)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="with --run of a non-allgpu script: stop it after S seconds (default: no limit)")
     parser.add_argument("--steps", type=int, default=50, help="with --run: steps to monitor (default 50)")
-    parser.add_argument("--report", metavar="DIR", help="with --run: write monitor.json and monitor.png here")
+    parser.add_argument("--report", metavar="DIR", help="with --run: write monitor.json and monitor.png (allgpu "
+                        "scripts) or run.log and verdict.json (other scripts) here")
     parser.add_argument("--run", nargs=argparse.REMAINDER, metavar="SCRIPT ARGS",
-                        help="run a training script that uses allgpu.fit under the step monitor for --steps steps "
-                             "and print why its devices idle (must come last)")
+                        help="run a training script and explain its device use: an allgpu script under the step "
+                             "monitor for --steps steps; any other script as a child process with NVML samples, "
+                             "lint and one verdict (must come last)")
     return parser
 
 
@@ -66,23 +83,80 @@ def load_reading(path: Path) -> EnvironmentReading:
     return EnvironmentReading.from_dict(data)
 
 
+def run_log(path: Path, *, json_out: bool = False) -> int:
+    """``allgpu doctor --log FILE``: 0 with no error finding, 1 with one, 2 when the file cannot be read."""
+    from allgpu.doctor.log_reader import read_log
+    from allgpu.doctor.verdict import verdict_from_log
+    from allgpu.doctor.verdict_report import render_verdict, verdict_exit_code
+
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(errors="replace")
+    except OSError as exc:
+        print(f"allgpu doctor --log {path}: cannot read it ({exc.strerror}). Fix: save the run's output with "
+              "`python train.py 2>&1 | tee run.log` and pass run.log.", file=sys.stderr)
+        return 2
+    verdict = verdict_from_log(read_log(text))
+    if json_out:
+        print(json.dumps({"log": str(path), **verdict.to_dict(), "exit_code": verdict_exit_code(verdict)}, indent=2))
+    else:
+        render_verdict(verdict, f"allgpu doctor --log {path}")
+    return verdict_exit_code(verdict)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.run is not None:
         if not args.run:
             print("allgpu doctor --run: name the script. Fix: allgpu doctor --run train.py [args]", file=sys.stderr)
             return 2
-        from allgpu.doctor.run_script import run_monitored
+        from allgpu.doctor.run_any import is_allgpu_script, run_any
 
-        return run_monitored(args.run[0], args.run[1:], steps=args.steps, report_dir=args.report)
+        if is_allgpu_script(args.run[0]):
+            from allgpu.cli.doctor_run import run_monitored
+
+            return run_monitored(args.run[0], args.run[1:], steps=args.steps, report_dir=args.report)
+        return run_any(args.run[0], args.run[1:], json_out=args.json, timeout=args.timeout, report_dir=args.report)
+    if args.log is not None:
+        return run_log(args.log, json_out=args.json)
     config = DoctorConfig(json=args.json, reading=args.reading)
     try:
-        reading = load_reading(config.reading) if config.reading else read_environment()
+        if config.reading:
+            reading, frameworks = load_reading(config.reading), load_frameworks(config.reading)
+        else:
+            reading = read_environment()
+            frameworks = None if args.no_frameworks else _read_frameworks(args.framework_timeout)
     except ReadingFormatError as exc:
         print(f"allgpu doctor: {exc}", file=sys.stderr)
         return 2
     problems = diagnose(reading)
+    if frameworks is not None:
+        from allgpu.doctor.framework_rules import diagnose_frameworks
+        from allgpu.doctor.problem import by_severity
+
+        problems = by_severity(problems + diagnose_frameworks(frameworks, reading))
     if config.json:
-        print(json.dumps(to_json(reading, problems), indent=2))
+        print(json.dumps(to_json(reading, problems, frameworks), indent=2))
     else:
-        render(reading, problems)
+        render(reading, problems, frameworks=frameworks)
     return exit_code(problems)
+
+
+def _read_frameworks(timeout: float):
+    from allgpu.doctor.frameworks import installed_packages, read_frameworks
+
+    if not any(p in installed_packages() for p in ("tensorflow", "tensorflow-cpu", "tf-nightly", "jax", "keras",
+                                                     "tensorflow-gpu", "tensorflow-intel")):
+        return None
+    if sys.stderr.isatty():
+        print("allgpu doctor: reading TensorFlow/JAX/Keras in a child process (importing TensorFlow takes a few "
+              "seconds)...", file=sys.stderr)
+    return read_frameworks(timeout=timeout)
+
+
+def load_frameworks(path: Path):
+    """The ``"frameworks"`` member of a saved ``allgpu doctor --json`` output, or None when it has none."""
+    from allgpu.doctor.frameworks import FrameworksReading
+
+    data = json.loads(path.read_text())
+    if isinstance(data, dict) and isinstance(data.get("frameworks"), dict):
+        return FrameworksReading.from_dict(data["frameworks"])
+    return None

@@ -9,11 +9,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from allgpu.doctor.problem import Problem, exit_code
+from allgpu.advice import WorkerAdvice, suggest_workers
 from allgpu.doctor.reading import EnvironmentReading
 from allgpu.doctor.rules import torch_gpus, visibility
-from allgpu.doctor.visible import explain
-from allgpu.doctor.workers import WorkerAdvice, suggest_workers
+from allgpu.devices.visible import explain
+from allgpu.findings import Finding, exit_code
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -23,15 +23,27 @@ def worker_advice(reading: EnvironmentReading) -> WorkerAdvice:
     return suggest_workers(reading.cpu_affinity, reading.cpu_quota, max(1, torch_gpus(reading)))
 
 
-def to_json(reading: EnvironmentReading, problems: Sequence[Problem]) -> dict[str, Any]:
-    """``{"reading": …, "visible_devices": …, "dataloader": …, "problems": […], "exit_code": 0|1}``.
+def problem_dict(p: Finding) -> dict[str, Any]:
+    """One problem in ``allgpu doctor --json``'s shape: ``{id, severity, cause, fix, devices}``, plus
+    ``evidence`` when the finding has any."""
+    out: dict[str, Any] = {"id": p.id, "severity": p.severity, "cause": p.message, "fix": p.fix,
+                           "devices": list(p.devices)}
+    if p.evidence:
+        out["evidence"] = list(p.evidence)
+    return out
 
-    ``"reading"`` feeds back into :meth:`EnvironmentReading.from_dict` (``allgpu doctor --reading FILE``).
+
+def to_json(reading: EnvironmentReading, problems: Sequence[Finding], frameworks: Any = None) -> dict[str, Any]:
+    """``{"reading": …, "frameworks": …, "visible_devices": …, "dataloader": …, "problems": […], "exit_code": 0|1}``.
+
+    ``"reading"`` feeds back into :meth:`EnvironmentReading.from_dict` (``allgpu doctor --reading FILE``), and
+    ``"frameworks"`` (a :class:`~allgpu.doctor.frameworks.FrameworksReading`, when read) into its ``from_dict``.
     """
     visible, mapping = visibility(reading)
     advice = worker_advice(reading)
     return {
         "reading": reading.to_dict(),
+        **({"frameworks": frameworks.to_dict()} if frameworks is not None else {}),
         "visible_devices": {
             "explanation": explain(visible, mapping if reading.gpus else None),
             "form": visible.form,
@@ -40,7 +52,7 @@ def to_json(reading: EnvironmentReading, problems: Sequence[Problem]) -> dict[st
         },
         "dataloader": {"num_workers": advice.workers, "usable_cores": advice.usable_cores,
                        "replicas": advice.replicas, "reason": advice.reason},
-        "problems": [p.to_dict() for p in problems],
+        "problems": [problem_dict(p) for p in problems],
         "exit_code": exit_code(problems),
     }
 
@@ -106,8 +118,9 @@ def _links(r: EnvironmentReading) -> Table | None:
     return t
 
 
-def render(reading: EnvironmentReading, problems: Sequence[Problem], console: Console | None = None) -> None:
-    """Print the reading and the problems (errors first) to ``console`` (stdout by default)."""
+def render(reading: EnvironmentReading, problems: Sequence[Finding], console: Console | None = None,
+           frameworks: Any = None) -> None:
+    """Print the reading, the frameworks' view when read, and the problems (errors first) to ``console``."""
     console = console or Console()
     visible, mapping = visibility(reading)
     advice = worker_advice(reading)
@@ -115,20 +128,26 @@ def render(reading: EnvironmentReading, problems: Sequence[Problem], console: Co
     links = _links(reading)
     if links is not None:
         parts.append(links)
+    if frameworks is not None:
+        from allgpu.doctor.framework_report import frameworks_table
+
+        parts.append(frameworks_table(frameworks, reading))
     parts.append(Text("\n" + explain(visible, mapping if reading.gpus else None)))
     quota = f", cgroup quota {reading.cpu_quota:g}" if reading.cpu_quota is not None else ""
     parts.append(Text(f"CPU: {reading.cpu_affinity} of {reading.cpu_total} cores usable{quota}. "
                       f"DataLoader num_workers={advice.workers} per replica: {advice.reason}"))
     console.print(Panel(Group(*parts), title="allgpu doctor: environment", title_align="left"))
     if not problems:
-        console.print("[green]No problems found: every GPU PyTorch can see is ready to train.[/green]")
+        console.print("[green]No problems found: every GPU the frameworks can see is ready to train.[/green]")
         return
     for p in problems:
         console.print(Text.assemble((f"{p.severity.upper():8}", _STYLE[p.severity]), (p.id, "bold")))
         body = Table.grid(padding=(0, 1))
         body.add_column(style="dim", no_wrap=True)
         body.add_column()
-        body.add_row("  cause:", Text(p.cause))
+        body.add_row("  cause:", Text(p.message))
+        for i, ev in enumerate(p.evidence):
+            body.add_row("  evidence:" if i == 0 else "", Text(ev))
         body.add_row("  fix:", Text(p.fix))
         console.print(body)
     errors = sum(p.severity == "error" for p in problems)

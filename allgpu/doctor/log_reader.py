@@ -1,0 +1,252 @@
+"""Read a captured log of a TensorFlow, JAX, Keras or PyTorch run into a :class:`LogReading`: every known
+message with its line number (:mod:`allgpu.doctor.log_patterns`), the cause each points at, and the device facts
+(GPUs present, registered, used by the strategy).
+
+Pure: reads only the text given. The verdict is drawn from the reading by :mod:`allgpu.doctor.verdict`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from allgpu.doctor.log_patterns import PATTERNS, PREFIX, Pattern
+
+_UNIT = {"B": 1 / 2**20, "KB": 1 / 1024, "KiB": 1 / 1024, "MB": 1.0, "MiB": 1.0, "GB": 1024.0, "GiB": 1024.0,
+         "TB": 2**20, "TiB": 2**20}
+# Libraries whose absence is not a reason for an idle GPU (TensorRT is optional), or means no driver.
+_OPTIONAL_LIBS = ("libnvinfer", "nvinfer", "libtpu")
+_DRIVER_LIBS = ("libcuda.so", "nvcuda.dll", "libnvidia-ml")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colour codes in captured terminal output
+# Memory others hold, as a fraction of the GPU, past which an out-of-memory is blamed on them.
+HELD_FRACTION = 0.5
+
+
+@dataclass(frozen=True)
+class LogHit:
+    """One known message at one line: ``line`` is 1-based, ``text`` the message without its log prefix."""
+
+    line: int
+    pattern: str
+    cause: str | None
+    weight: float
+    text: str
+
+
+@dataclass
+class LogReading:
+    """What a log says about devices.
+
+    Attributes:
+        lines: number of lines read.
+        frameworks: frameworks whose messages appear (``"tensorflow"``, ``"jax"``, ``"pytorch"``, ``"nccl"``).
+        hits: the known messages, in line order (facts and causes).
+        present: GPU indices the log shows exist (TensorFlow's "Found device k", nvidia-smi rows).
+        registered: GPU indices the framework registered ("Adding visible gpu devices", "Created device", JAX's
+            device list); ``registered_none`` is True when the log says none was ("Skipping registering").
+        strategy_replicas: replicas the strategy reported ("Number of devices: N", num_replicas_in_sync), or
+            None; ``strategy_gpus`` counts the GPU devices in "Using MirroredStrategy with devices (...)".
+        nccl_ranks: ranks NCCL joined, when the log shows "Init COMPLETE".
+        cvd: the ``CUDA_VISIBLE_DEVICES`` value the log shows being set, or None.
+    """
+
+    lines: int = 0
+    frameworks: set[str] = field(default_factory=set)
+    hits: list[LogHit] = field(default_factory=list)
+    present: set[int] = field(default_factory=set)
+    registered: set[int] = field(default_factory=set)
+    registered_none: bool = False
+    strategy_replicas: int | None = None
+    strategy_gpus: int | None = None
+    nccl_ranks: int | None = None
+    cvd: str | None = None
+
+    def causes(self) -> list[LogHit]:
+        """Hits that point at a cause (weight > 0)."""
+        return [h for h in self.hits if h.cause and h.weight > 0]
+
+
+def _mib(value: str, unit: str) -> float:
+    return float(value) * _UNIT.get(unit, 1.0)
+
+
+def _framework(src: str, text: str) -> str | None:
+    low = (src + " " + text).lower()
+    if "nccl" in low:
+        return "nccl"
+    if "jax" in low or "xla_bridge" in low or "jaxlib" in low:
+        return "jax"
+    if "tensorflow" in low or "tsl/" in low or "local_xla" in low or src.endswith(".cc"):
+        return "tensorflow"
+    if "torch" in low or "cuda out of memory" in low:
+        return "pytorch"
+    return None
+
+
+def _library_cause(lib: str) -> tuple[str | None, float]:
+    low = lib.lower()
+    if low.startswith(_OPTIONAL_LIBS):
+        return None, 0.0
+    if low.startswith(_DRIVER_LIBS):
+        return "no-driver", 1.0
+    if re.match(r"(lib)?(cu|nv|nccl)", low):
+        return "missing-cuda-libs", 1.0
+    return None, 0.0
+
+
+def _jax_backend_cause(reason: str) -> tuple[str | None, float]:
+    """Which cause JAX's "Unable to initialize backend 'cuda': …" reason names."""
+    if re.search(r"version \d+, but JAX was built against|Outdated|is older than|minimum supported", reason, re.I):
+        return "cuda-version-mismatch", 1.0
+    if re.search(r"driver version is insufficient|CUDA_ERROR_INSUFFICIENT_DRIVER", reason):
+        return "cuda-version-mismatch", 1.0
+    if re.search(r"Unable to load|cannot open shared object|could not load|not found.*lib", reason, re.I):
+        return "missing-cuda-libs", 1.0
+    if re.search(r"CUDA_ERROR_NO_DEVICE|no CUDA-capable device", reason):
+        return "devices-hidden", 0.6
+    if re.search(r"Could not find registered platform with name: \"cuda\"", reason):
+        return "cpu-build", 0.8
+    if re.search(r"No visible GPU devices|no supported devices found", reason):
+        return "devices-hidden", 0.6
+    if re.search(r"CUDA_ERROR_NO_BINARY_FOR_GPU|no kernel image", reason):
+        return "unsupported-compute-capability", 1.0
+    if re.search(r"OUT_OF_MEMORY|out of memory", reason, re.I):
+        return "memory-held", 1.0
+    return None, 0.0
+
+
+def _torch_oom_cause(text: str) -> tuple[str, float]:
+    """Out-of-memory of the job itself, or memory held by others, from PyTorch's figures.
+
+    Old format: "(GPU 0; 10.76 GiB total capacity; 996 MiB already allocated; 8.81 MiB free; 1010 MiB reserved in
+    total by PyTorch)". New: "GPU 0 has a total capacity of 14.75 GiB of which 235 MiB is free. [Process N has X
+    memory in use. | Including non-PyTorch memory, this process has X memory in use.] Of the allocated memory X is
+    allocated by PyTorch, and Y is reserved by PyTorch but unallocated."
+    """
+    num = r"([\d.]+) ([KMGT]i?B)"
+    total = re.search(num + r" total capacity|total capac\w* of " + num, text)
+    free = re.search(num + r" free|of which " + num + r" is free", text)
+    if not total or not free:
+        return "out-of-memory", 1.0
+    total_mib = _mib(*[g for g in total.groups() if g][:2])
+    free_mib = _mib(*[g for g in free.groups() if g][:2])
+    own = re.search(r"this process has " + num, text)
+    if own:
+        own_mib = _mib(*own.groups())
+    else:
+        reserved = re.search(num + r" reserved in total by PyTorch", text)
+        parts = re.search(r"memory " + num + r" is allocated by PyTorch, and " + num + r" is reserved", text)
+        if reserved:
+            own_mib = _mib(*reserved.groups())
+        elif parts:
+            own_mib = _mib(*parts.groups()[:2]) + _mib(*parts.groups()[2:])
+        else:
+            return "out-of-memory", 1.0
+    others = total_mib - free_mib - own_mib
+    return ("memory-held", 1.0) if others > HELD_FRACTION * total_mib else ("out-of-memory", 1.0)
+
+
+def _message(raw: str) -> tuple[str, str]:
+    m = PREFIX.match(raw.strip())
+    if m:
+        return m.group("src"), m.group("msg")
+    return "", raw.strip()
+
+
+def _facts(reading: LogReading, pat: Pattern, m: re.Match[str]) -> None:
+    kind = pat.kind
+    if kind == "present":
+        reading.present.add(int(m.group(1)))
+    elif kind == "registered":
+        reading.registered.update(int(x) for x in re.findall(r"\d+", m.group(1)))
+    elif kind == "skipped":
+        reading.registered_none = True
+    elif kind == "strategy":
+        reading.strategy_replicas = int(m.group(1) or m.group(2))
+    elif kind == "strategy-list":
+        devices = [d for d in re.findall(r"device:(\w+):\d+|/(gpu|cpu):\d+", m.group(1), re.I)]
+        kinds = [(a or b).upper() for a, b in devices]
+        if kinds:
+            reading.strategy_gpus = kinds.count("GPU")
+            reading.strategy_replicas = len(kinds)
+    elif kind == "jax-devices":
+        devices = re.findall(r"(\w+?)(?:Device)?\(id=(\d+)", m.group(1))
+        gpus = {int(i) for name, i in devices if name.lower() in ("cuda", "gpu", "streamexecutorgpu")}
+        reading.registered.update(gpus)
+        if not gpus:
+            reading.registered_none = True
+    elif kind == "lightning":
+        if m.group(1) == "True" and not reading.present:
+            reading.present.add(0)
+        if m.group(2) == "False":
+            reading.strategy_gpus = 0
+    elif kind == "strategy-cpu":
+        if reading.strategy_gpus is None:
+            reading.strategy_gpus = 0
+    elif kind == "nccl-ranks":
+        reading.nccl_ranks = max(reading.nccl_ranks or 0, int(m.group(1)))
+
+
+def _hit(pat: Pattern, m: re.Match[str], text: str, lines: list[str], i: int, reading: LogReading
+         ) -> tuple[str | None, float] | None:
+    """The (cause, weight) this match gives, or None when it gives no cause."""
+    kind = pat.kind
+    if kind == "library":
+        return _library_cause(m.group(1))
+    if kind == "jax-backend":
+        return _jax_backend_cause(m.group(1))
+    if kind == "torch-oom":
+        tail = " ".join(lines[i:i + 3])  # the figures may wrap onto the next lines
+        return _torch_oom_cause(tail)
+    if kind == "cvd":
+        value = m.group(1).strip().strip("'\"").strip()
+        reading.cvd = value
+        if value in ("", "-1") or value.startswith("-1"):
+            return "devices-hidden", 1.0
+        return None
+    if kind == "one-device":
+        return ("single-device-strategy", 1.0) if len(reading.registered) >= 2 else None
+    if kind == "built-with-cuda":
+        follow = m.group(1) or next((ln.strip() for ln in lines[i + 1:i + 3] if ln.strip()), "")
+        return ("cpu-build", 1.0) if follow.startswith("False") else None
+    if kind in ("tf-free-memory", "tf-free-memory-next"):
+        if kind == "tf-free-memory":
+            total, free = _mib(m.group(1), m.group(2)), _mib(m.group(3), m.group(4))
+        else:
+            prev = re.search(r"Total memory: ([\d.]+)([KMGT]i?B)", lines[i - 1] if i else "")
+            if not prev:
+                return None
+            total, free = _mib(*prev.groups()), _mib(m.group(1), m.group(2))
+        return ("memory-held", 0.8) if total > 0 and free < HELD_FRACTION * total else None
+    if pat.cause and pat.weight > 0:
+        return pat.cause, pat.weight
+    return None
+
+
+def read_log(text: str) -> LogReading:
+    """Read a log (stdout and stderr of a run, or a paste from a bug report).
+
+    Args:
+        text: the log; any mix of TensorFlow, JAX, PyTorch and NCCL output, with or without log prefixes.
+
+    Returns:
+        A :class:`LogReading`; an empty ``hits`` list when no known message appears.
+    """
+    lines = _ANSI.sub("", text).splitlines()
+    reading = LogReading(lines=len(lines))
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        src, msg = _message(raw)
+        for pat in PATTERNS:
+            m = pat.regex.search(raw if pat.id == "nvidia-smi-row" else msg)
+            if not m:
+                continue
+            _facts(reading, pat, m)
+            given = _hit(pat, m, msg, lines, i, reading)
+            cause, weight = given if given else (None, 0.0)
+            reading.hits.append(LogHit(i + 1, pat.id, cause, weight, msg[:240]))
+            fw = _framework(src, msg)
+            if fw and (cause or pat.kind):
+                reading.frameworks.add(fw)
+    return reading

@@ -1,0 +1,193 @@
+"""``allgpu doctor --log``: message formats of TensorFlow 1.x-2.21, JAX and PyTorch, device facts, the verdict,
+the CLI, and the public bug-report collection as a regression floor (benchmarks/doctor_log_eval.py reports it)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from allgpu.cli.main import main
+from allgpu.doctor.causes import CAUSE_IDS
+from allgpu.doctor.log_reader import read_log
+from allgpu.doctor.verdict import verdict_from_log
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def causes(text: str) -> tuple[str, ...]:
+    return verdict_from_log(read_log(text)).cause_ids
+
+
+@pytest.mark.parametrize("line, cause", [
+    # TensorFlow 1.x prefix, 2.x stream_executor prefix, absl prefix of 2.16+, xla prefix, no prefix.
+    ("2018-10-30 18:48:01.233235: I tensorflow/core/common_runtime/gpu/gpu_device.cc:1182] Ignoring visible gpu "
+     "device (device: 0, name: GeForce GTX 1070, pci bus id: 0000:01:00.0, compute capability: 6.1) with Cuda "
+     "compute capability 6.1. The minimum required Cuda capability is 7.0.", "unsupported-compute-capability"),
+    ("2021-01-20 09:12:41.554318: W tensorflow/stream_executor/platform/default/dso_loader.cc:60] Could not load "
+     "dynamic library 'libcudnn.so.8'; dlerror: libcudnn.so.8: cannot open shared object file", "missing-cuda-libs"),
+    ("W0000 00:00:1777747452.331862    4188 gpu_device.cc:2365] Cannot dlopen some GPU libraries.",
+     "missing-cuda-libs"),
+    ("E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:447] Loaded runtime CuDNN library: 8.7.0 but source "
+     "was compiled with: 8.9.4.", "cuda-version-mismatch"),
+    ("2024-05-04 23:51:07.117420: I external/local_xla/xla/tsl/cuda/cudart_stub.cc:32] Could not find cuda drivers "
+     "on your machine, GPU will not be used.", "no-driver"),
+    ("CUDA backend failed to initialize: Found CUDA version 12010, but JAX was built against version 12020, which "
+     "is newer.", "cuda-version-mismatch"),
+    ("WARNING:2025-06-15 17:04:55,449:jax._src.xla_bridge:791: An NVIDIA GPU may be present on this machine, but a "
+     "CUDA-enabled jaxlib is not installed. Falling back to cpu.", "cpu-build"),
+    ("AssertionError: Torch not compiled with CUDA enabled", "cpu-build"),
+    ("RuntimeError: The NVIDIA driver on your system is too old (found version 11040).", "cuda-version-mismatch"),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device",
+     "unsupported-compute-capability"),
+    ("2017-09-23 14:37:55.906121: E tensorflow/stream_executor/cuda/cuda_blas.cc:366] failed to create cublas "
+     "handle: CUBLAS_STATUS_NOT_INITIALIZED", "memory-held"),
+    ("ResourceExhaustedError: OOM when allocating tensor with shape[16,12,512,512] and type float on "
+     "/job:localhost/replica:0/task:0/device:GPU:2 by allocator GPU_2_bfc", "out-of-memory"),
+    ("node08:27106:27302 [0] include/shm.h:27 NCCL WARN Call to shm_open failed : Permission denied\n"
+     "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:290, unhandled system error", "nccl-error"),
+    ("UserWarning: The dataloader, train dataloader, does not have many workers which may be a bottleneck.",
+     "input-bound"),
+])
+def test_one_message_names_its_cause(line, cause):
+    assert causes(line) == (cause,)
+
+
+def test_optional_libraries_and_informational_lines_name_no_cause():
+    log = ("2023-05-01 12:17:26.572682: W tensorflow/compiler/tf2tensorrt/utils/py_utils.cc:38] TF-TRT Warning: "
+           "Could not find TensorRT\n"
+           "2020-01-28 21:41:28.2: W tensorflow/stream_executor/platform/default/dso_loader.cc:55] Could not load "
+           "dynamic library 'libnvinfer.so.6'; dlerror: libnvinfer.so.6: cannot open shared object file\n"
+           "2018-05-10 09:14:16.5: W tensorflow/core/common_runtime/bfc_allocator.cc:217] Allocator (GPU_0_bfc) ran "
+           "out of memory trying to allocate 84.60MiB. The caller indicates that this is not a failure, but may mean "
+           "that there could be performance gains if more memory is available.\n")
+    verdict = verdict_from_log(read_log(log))
+    assert verdict.findings == () and verdict.nothing_known
+    assert any("names no cause" in n for n in verdict.notes)
+
+
+def test_a_log_with_nothing_known_says_so_and_names_no_cause():
+    verdict = verdict_from_log(read_log("Epoch 1/10\n100/100 - 3s - loss: 0.31\nTraceback: KeyError: 'x'\n"))
+    assert verdict.cause_ids == () and verdict.nothing_known
+    assert verdict.present is None and verdict.registered is None
+
+
+def test_libcuda_missing_is_the_driver_not_the_toolkit():
+    log = ("2020-11-11 10:46:37.4: W tensorflow/stream_executor/platform/default/dso_loader.cc:60] Could not load "
+           "dynamic library 'libcuda.so.1'; dlerror: libcuda.so.1: cannot open shared object file: No such file\n")
+    assert causes(log) == ("no-driver",)
+
+
+def test_without_a_driver_the_cuda_libraries_tensorflow_tried_at_import_are_not_the_cause():
+    cudart = ("2021-05-01 10:00:00.1: W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load "
+              "dynamic library 'libcudart.so.11.0'; dlerror: libcudart.so.11.0: cannot open shared object file\n"
+              "2021-05-01 10:00:00.2: I tensorflow/stream_executor/cuda/cudart_stub.cc:29] Ignore above cudart "
+              "dlerror if you do not have a GPU set up on your machine.\n")
+    libcuda = ("2021-05-01 10:00:01.1: W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load "
+               "dynamic library 'libcuda.so.1'; dlerror: libcuda.so.1: cannot open shared object file\n"
+               "\x1b[33m2021-05-01 10:00:01.2: W tensorflow/stream_executor/cuda/cuda_driver.cc:269] failed call to "
+               "cuInit: UNKNOWN ERROR (303)\x1b[0m\n")
+    assert causes(cudart) == ("missing-cuda-libs",)
+    assert causes(cudart + libcuda) == ("no-driver",)
+    dlopen = ("2021-05-01 10:00:02.0: W tensorflow/core/common_runtime/gpu/gpu_device.cc:1850] Cannot dlopen some GPU "
+              "libraries.\n")
+    assert set(causes(cudart + libcuda + dlopen)) == {"no-driver", "missing-cuda-libs"}
+
+
+def test_no_device_with_a_missing_kernel_driver_is_no_driver_and_with_an_empty_cvd_is_hidden():
+    no_device = "E tensorflow/stream_executor/cuda/cuda_driver.cc:466] failed call to cuInit: CUDA_ERROR_NO_DEVICE\n"
+    driver = ("I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:86] kernel driver does not appear to be running "
+              "on this host (h): /proc/driver/nvidia/version does not exist\n")
+    assert causes(no_device + driver) == ("no-driver",)
+    assert causes("$ export CUDA_VISIBLE_DEVICES=-1\n" + no_device) == ("devices-hidden",)
+
+
+def test_torch_oom_figures_tell_the_jobs_own_memory_from_memory_others_hold():
+    own = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.22 GiB. GPU 0 has a total capacity of "
+           "15.69 GiB of which 3.71 GiB is free. Including non-PyTorch memory, this process has 11.14 GiB memory in "
+           "use. Of the allocated memory 10.14 GiB is allocated by PyTorch")
+    others = ("RuntimeError: CUDA out of memory. Tried to allocate 36.00 MiB (GPU 0; 10.76 GiB total capacity; "
+              "996.23 MiB already allocated; 8.81 MiB free; 1010.00 MiB reserved in total by PyTorch)")
+    assert causes(own) == ("out-of-memory",)
+    assert causes(others) == ("memory-held",)
+
+
+def _tf_devices(n: int) -> str:
+    return "".join(f"2024-01-01 10:00:0{i}.0: I tensorflow/core/common_runtime/gpu/gpu_device.cc:1886] Created "
+                   f"device /job:localhost/replica:0/task:0/device:GPU:{i} with 78000 MB memory:  -> device: {i}, "
+                   "name: NVIDIA H100, pci bus id: 0000:00:0{i}.0, compute capability: 9.0\n" for i in range(n))
+
+
+def test_strategy_on_fewer_gpus_than_registered_is_single_device_strategy():
+    verdict = verdict_from_log(read_log(_tf_devices(4) + "Number of devices: 1\n"))
+    assert verdict.cause_ids == ("single-device-strategy",)
+    assert (verdict.present, verdict.registered, verdict.used) == (4, 4, 1)
+    assert "registered 4 GPUs" in verdict.findings[0].evidence[0]
+
+
+def test_every_registered_gpu_used_is_multi_gpu_ok():
+    log = _tf_devices(2) + ("INFO:tensorflow:Using MirroredStrategy with devices ('/job:localhost/replica:0/task:0/"
+                            "device:GPU:0', '/job:localhost/replica:0/task:0/device:GPU:1')\nNumber of devices: 2\n")
+    verdict = verdict_from_log(read_log(log))
+    assert verdict.cause_ids == ("multi-gpu-ok",)
+    assert (verdict.registered, verdict.used) == (2, 2)
+
+
+def test_jax_device_lists_are_counted():
+    assert verdict_from_log(read_log("[CudaDevice(id=0)]\n")).cause_ids == ("multi-gpu-ok",)
+    two = verdict_from_log(read_log("[CudaDevice(id=0), CudaDevice(id=1)]\n"))
+    assert two.registered == 2 and two.cause_ids == ()  # registered, but the log does not say both were used
+    assert any("2 GPU(s) registered but not how many the job used" in n for n in two.notes)
+    assert verdict_from_log(read_log("[CpuDevice(id=0)]\n")).registered == 0
+
+
+def test_evidence_names_log_lines():
+    log = "line one\n" + "Skipping registering GPU devices...\n" + (
+        "W0000 00:00:1.0    1 gpu_device.cc:2365] Cannot dlopen some GPU libraries. Please make sure the missing "
+        "libraries mentioned above are installed properly.\n")
+    [finding] = verdict_from_log(read_log(log)).findings
+    assert finding.id == "missing-cuda-libs" and finding.evidence[0].startswith("log line 3: Cannot dlopen")
+
+
+def test_every_cause_id_named_is_documented():
+    for case in (ROOT / "benchmarks" / "doctor_logs" / "logs").glob("*.log"):
+        assert set(causes(case.read_text())) <= set(CAUSE_IDS)
+
+
+def test_cli_log_json_and_exit_codes(tmp_path, capsys):
+    log = tmp_path / "run.log"
+    log.write_text("AssertionError: Torch not compiled with CUDA enabled\n")
+    assert main(["doctor", "--log", str(log), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["causes"] == ["cpu-build"] and data["findings"][0]["evidence"] == [
+        "log line 1: AssertionError: Torch not compiled with CUDA enabled"]
+    log.write_text("hello\n")
+    assert main(["doctor", "--log", str(log)]) == 0
+    assert "names no cause" in " ".join(capsys.readouterr().out.split())
+    assert main(["doctor", "--log", str(tmp_path / "missing.log")]) == 2
+    assert "cannot read it" in capsys.readouterr().err
+
+
+def test_cli_log_reads_stdin(monkeypatch, capsys):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("RuntimeError: Found no NVIDIA driver on your system.\n"))
+    assert main(["doctor", "--log", "-", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["causes"] == ["no-driver"]
+
+
+def test_public_bug_report_collection_floor():
+    """The collection scored as benchmarks/doctor_log_eval.py does; a floor so a pattern change cannot silently
+    lose it (the figures themselves are reported by the benchmark)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import doctor_log_eval as ev
+    finally:
+        sys.path.pop(0)
+    cases = ev.load_cases()
+    assert len(cases) >= 60
+    for half in ("tuning", "held-out"):
+        result = ev.score([c for c in cases if c["split"] == half])
+        assert result["precision"] >= 0.9 and result["recall"] >= 0.8, (half, result["misses"])
