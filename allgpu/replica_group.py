@@ -14,6 +14,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from allgpu.runtime.replicas import peers_stopped
 from allgpu.errors import CollectiveTimeoutError, ReplicaFailedError
 from allgpu.ledger import Ledger
 
@@ -177,7 +178,8 @@ class ReplicaGroup:
             try:
                 left = store.add("allgpu/exit", 1)
                 deadline = time.monotonic() + EXIT_WAIT_S
-                while self.rank == 0 and left < self.world_size and time.monotonic() < deadline:
+                while (self.rank == 0 and left < self.world_size and time.monotonic() < deadline
+                       and not peers_stopped()):  # replicas this process stopped will never leave
                     time.sleep(0.05)
                     left = store.add("allgpu/exit", 0)
             except Exception:  # the store is gone already: nothing left to wait for

@@ -36,6 +36,7 @@ def _tf_style_training(steps=5):
         optimizer.step()
         optimizer.zero_grad()
         values.append(float(strategy.reduce("sum", loss.detach())))
+    strategy.close()  # in-process reference runs must not leave the strategy's hooks behind
     return [p.detach().clone() for p in model.parameters()], values
 
 
@@ -142,6 +143,7 @@ def _train_branchy(steps=20):
         grads_none.append(model.rare.weight.grad is None)
         optimizer.step()
         optimizer.zero_grad()
+    strategy.close()
     return {k: v.clone() for k, v in model.state_dict().items()}, grads_none
 
 
