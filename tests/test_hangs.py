@@ -143,3 +143,27 @@ def test_a_script_read_from_stdin_is_detected_up_front(argv):
     assert time.monotonic() - start < 20
     error = run_python(argv, stdin=STDIN.replace('"/cpu:1"])', '"/cpu:1"], fallback="error")'), timeout=50)
     assert "StrategyStartError" in error.stderr and "read from standard input" in error.stderr
+
+
+WORKER = """
+import allgpu
+allgpu.MultiWorkerMirroredStrategy(timeout=10)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_multi_worker_waiting_for_a_peer_says_whom_and_until_when(tmp_path):
+    import json
+
+    from tests.harness import free_port
+
+    workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": 0}})
+    script = write_script(tmp_path, "worker.py", WORKER)
+    env = {"TF_CONFIG": config, "ALLGPU_WAIT_REPORT_S": "2"}
+    proc = start_python([str(script)], cwd=tmp_path, env=env, stderr="merge")
+    out = proc.communicate(timeout=80)[0]  # worker 1 is never started
+    reports = [line for line in out.splitlines() if "at the rendezvous" in line]
+    assert len(reports) >= 2, out
+    assert f"worker 1 ({workers[1]})" in reports[0] and "gives up at" in reports[0] and "since" in reports[0]
+    assert proc.returncode != 0 and "StrategyStartError" in out  # then it gives up, at the timeout
