@@ -46,3 +46,12 @@ class CheckpointError(AllGpuError, RuntimeError):
 
 class UnsupportedError(AllGpuError, RuntimeError):
     """An operation the chosen strategy does not offer (e.g. a cross-worker reduce under asynchronous training)."""
+
+
+class InputError(AllGpuError, ValueError):
+    """A dataset or batch size that cannot be distributed (batch 0 or not divisible, an empty dataset, batches that
+    are not ``(inputs, targets)``); the message names the numbers and the fix."""
+
+
+class DatasetTypeError(AllGpuError, TypeError):
+    """A dataset of a kind that cannot be sharded by index (an ``IterableDataset``); the message names the fix."""
