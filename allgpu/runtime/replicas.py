@@ -190,12 +190,27 @@ class ScriptReplicas:
         time.sleep(FAILURE_GRACE_S)
         os._exit(1)  # replica 0 did not fail by itself in the grace period: it is waiting on a dead peer
 
+    def describe(self) -> str:
+        """Each started replica's state, for a start failure: running (frozen or slow) or exited with a code."""
+        parts = []
+        for local_rank, proc in self._procs.items():
+            rank = self.placement["rank_offset"] + local_rank
+            code = proc.poll()
+            state = "still running but never connected (frozen, or slow to start)" if code is None else \
+                f"exited with code {code}"
+            parts.append(f"replica {rank} (pid {proc.pid}) {state}")
+        return "; ".join(parts)
+
     def stop(self) -> None:
         self._stopping = True
         _STOPPED.append(True)
         for proc in self._procs.values():
             if proc.poll() is None:
                 proc.terminate()
+                try:
+                    os.kill(proc.pid, signal.SIGCONT)  # a frozen (SIGSTOPped) replica gets its SIGTERM now
+                except OSError:
+                    pass
         for proc in self._procs.values():
             try:
                 proc.wait(timeout=5)
