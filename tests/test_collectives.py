@@ -1,4 +1,5 @@
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -55,7 +56,7 @@ def test_one_device_reduce_is_identity_and_bad_op_is_named():
 
 def _replica_one_skips_a_reduce():
     strategy = allgpu.MirroredStrategy(timeout=3)
-    strategy.reduce("sum", 1.0)
+    strategy.reduce("sum", 1.0)  # REPLICA_ONE_LAST_REDUCE
     if strategy.replica_id_in_sync == 0:
         strategy.reduce("sum", 2.0)  # replica 1 never makes this call
     else:
@@ -72,7 +73,9 @@ def test_a_skipped_collective_times_out_naming_the_replica_and_the_line():
     text = info.value.remote_traceback
     assert "CollectiveTimeoutError" in text
     assert "replica 0 waited" in text and "all_reduce(sum)" in text
-    assert "replica 1 is behind" in text and "test_collectives.py:56" in text  # replica 1's last reduce
+    line = next(i for i, text_line in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if "# REPLICA_ONE_LAST_REDUCE" in text_line)
+    assert "replica 1 is behind" in text and f"test_collectives.py:{line}" in text  # replica 1's last reduce
 
 
 def test_timeout_error_is_typed():
