@@ -151,9 +151,10 @@ class ReplicaGroup:
         except Exception as exc:  # Gloo/NCCL raise RuntimeError subclasses with transport-level text
             raise self.explain_failure(exc, time.monotonic() - start) from exc
 
-    def explain_failure(self, exc: BaseException, waited_s: float) -> Exception:
-        """Turn a backend error into one that names the replicas behind it (from the ledger)."""
-        text, culprits = self.ledger.explain(waited_s)
+    def explain_failure(self, exc: BaseException, waited_s: float, current: str | None = None) -> Exception:
+        """Turn a backend error into one that names the replicas behind it (from the ledger); ``current`` names
+        an unrecorded collective (the gradient all-reduce)."""
+        text, culprits = self.ledger.explain(waited_s, current)
         raw = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "timed out" in str(exc).lower() or "timeout" in str(exc).lower():
             return CollectiveTimeoutError(

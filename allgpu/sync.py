@@ -171,7 +171,9 @@ class GradientSync:
                     try:
                         bucket.work.wait()
                     except Exception as exc:
-                        raise self.group.explain_failure(exc, time.perf_counter() - start) from exc
+                        raise self.group.explain_failure(
+                            exc, time.perf_counter() - start,
+                            current=f"the gradient all-reduce of backward round {self.rounds + 1}") from exc
                     bucket.work = None
                 if bucket.wire is not None:
                     bucket.buffer.copy_(bucket.wire)

@@ -65,6 +65,19 @@ def install_replica_excepthook(rank: int, error_dir: str | None) -> None:
     sys.excepthook = hook
 
 
+def _state(proc: subprocess.Popen) -> str:
+    code = proc.poll()
+    if code is not None:
+        return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    try:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+    except OSError:
+        return "is running"
+    if "\nState:\tT" in status:
+        return "is frozen (stopped: SIGSTOP, Ctrl-Z or a debugger), so it never reached the collective"
+    return "is still running (slow, or waiting elsewhere)"
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -190,15 +203,16 @@ class ScriptReplicas:
         time.sleep(FAILURE_GRACE_S)
         os._exit(1)  # replica 0 did not fail by itself in the grace period: it is waiting on a dead peer
 
-    def describe(self) -> str:
-        """Each started replica's state, for a start failure: running (frozen or slow) or exited with a code."""
+    def describe(self, wait_s: float = 0.0) -> str:
+        """Each started replica's state, naming it: killed by a signal, exited with a code, frozen (stopped, e.g. by
+        SIGSTOP or a debugger), or running. ``wait_s``: give a replica that is dying this long to be reaped."""
+        deadline = time.monotonic() + wait_s
+        while wait_s and time.monotonic() < deadline and all(p.poll() is None for p in self._procs.values()):
+            time.sleep(0.05)
         parts = []
         for local_rank, proc in self._procs.items():
             rank = self.placement["rank_offset"] + local_rank
-            code = proc.poll()
-            state = "still running but never connected (frozen, or slow to start)" if code is None else \
-                f"exited with code {code}"
-            parts.append(f"replica {rank} (pid {proc.pid}) {state}")
+            parts.append(f"replica {rank} (pid {proc.pid}) {_state(proc)}")
         return "; ".join(parts)
 
     def stop(self) -> None:
@@ -221,8 +235,8 @@ class ScriptReplicas:
         if self._stopping:
             return
         if self._main_failed:  # the others would wait for replica 0 in a collective until the timeout
-            print(f"allgpu: replica {self.placement['rank_offset']} failed (traceback above); stopping the other "
-                  "replicas.", file=sys.stderr, flush=True)
+            print(f"allgpu: replica {self.placement['rank_offset']} failed (traceback above). {self.describe(1.0)}; "
+                  "stopping the other replicas.", file=sys.stderr, flush=True)
             self.stop()
             return
         deadline = time.monotonic() + self.timeout_s + 10
