@@ -170,3 +170,22 @@ def test_cli_commands_with_a_missing_file_or_a_bad_number(tmp_path, args, messag
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+SPAWN_FROM_STDIN = """
+import allgpu
+def train():
+    return 1
+if __name__ == "__main__":
+    allgpu.launch(train, num_replicas=2, start_method="spawn")
+"""
+
+
+@pytest.mark.replicas
+def test_spawn_from_a_stdin_script_is_refused_up_front():
+    from tests.harness import run_python
+
+    result = run_python(["-"], stdin=SPAWN_FROM_STDIN, timeout=25)
+    assert result.returncode != 0
+    assert "StrategyStartError" in result.stderr and "start_method='fork'" in result.stderr
+    assert "FileNotFoundError" not in result.stderr  # not the replicas' raw failure
