@@ -15,7 +15,6 @@ examples not yet seen.
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, TensorDataset
 
+from allgpu.advice import workers_here
 from allgpu.data_rng import SeededExamples, loader_generator, seeded
 from allgpu.errors import DatasetTypeError, InputError
 
@@ -63,9 +63,9 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
 
 
 def auto_num_workers(local_replicas: int) -> int:
-    """Loader workers per replica: the cores left after one per replica, shared out, at most 4."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(4, cores // max(1, local_replicas) - 1))
+    """Loader workers per replica for ``num_workers="auto"``: :func:`allgpu.advice.suggest_workers` on this
+    process's cores (affinity, lowered by a cgroup quota), the number ``allgpu doctor`` prints."""
+    return workers_here(max(1, local_replicas)).workers
 
 
 class ShardSampler(Sampler):
@@ -190,7 +190,7 @@ def as_map_dataset(data):
         return data.dataset
     if isinstance(data, (tuple, list)) and data and all(isinstance(t, torch.Tensor) for t in data):
         if len({t.shape[0] for t in data}) != 1:
-            raise ValueError(f"tensors of lengths {[t.shape[0] for t in data]} cannot be zipped into examples; "
+            raise InputError(f"tensors of lengths {[t.shape[0] for t in data]} cannot be zipped into examples; "
                              "expected tensors with the same first dimension, e.g. (x, y).")
         return TensorDataset(*data)
     return data

@@ -48,6 +48,46 @@ class UnsupportedError(AllGpuError, RuntimeError):
     """An operation the chosen strategy does not offer (e.g. a cross-worker reduce under asynchronous training)."""
 
 
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint file or folder that fails verification (truncated, bit-flipped, incomplete)."""
+
+
+# Diagnosis tools (lint, doctor, monitor) and the findings they share.
+
+
+class FindingError(AllGpuError, ValueError):
+    """A :class:`allgpu.findings.Finding` built with an unknown severity or an empty id or message."""
+
+
+class ReadingFormatError(AllGpuError, ValueError):
+    """A saved ``allgpu doctor`` reading (JSON) that is missing a field or holds a value of the wrong type."""
+
+
+class LintUsageError(AllGpuError, ValueError):
+    """Bad arguments to the linter: an unknown rule id in select/ignore, a path that does not exist."""
+
+
+class UnknownRuleError(LintUsageError, KeyError):
+    """``allgpu lint --explain ID`` (or :func:`allgpu.lint.explain`) with an ID no rule has; a ``KeyError`` too."""
+
+    def __str__(self) -> str:  # KeyError would print the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
+class NotebookError(AllGpuError, ValueError):
+    """A file that is not a readable Jupyter notebook (not JSON, or no ``cells`` list)."""
+
+
+class ArgumentError(AllGpuError, ValueError):
+    """An argument to an allgpu function that cannot be used (wrong type, out of range, nothing to work on);
+    the message names the argument, what was expected, and the fix."""
+
+
+class MonitorUsageError(AllGpuError, RuntimeError):
+    """The step monitor called out of order (a phase outside a step, ``end_step`` without ``start_step``, a
+    hang dump installed off the main thread)."""
+
+
 class InputError(AllGpuError, ValueError):
     """A dataset or batch size that cannot be distributed (batch 0 or not divisible, an empty dataset, batches that
     are not ``(inputs, targets)``); the message names the numbers and the fix."""

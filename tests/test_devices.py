@@ -79,3 +79,36 @@ def test_replica_devices_without_gpu_are_cpu_replicas():
         resolve_replica_devices(2, ["/cpu:0", "/cpu:1", "/cpu:2"])
     with pytest.raises(DeviceError, match="positive"):
         resolve_replica_devices(0, None)
+
+
+@pytest.mark.parametrize("raw, index, key", [(None, 3, 3), ("2,0", 0, 2), ("2,0", 1, 0),
+                                             ("GPU-aa,GPU-bb", 1, "GPU-bb"), ("MIG-x", 0, "MIG-x")])
+def test_nvml_selector_names_the_driver_gpu(raw, index, key):
+    from allgpu.devices import nvml_selector
+
+    assert nvml_selector(index, raw) == key
+
+
+@pytest.mark.parametrize("raw", ["0", "", "0,0", "-1"])
+def test_nvml_selector_past_the_list_is_a_device_error(raw):
+    from allgpu.devices import nvml_selector
+
+    with pytest.raises(DeviceError, match="cuda:1 is not visible"):
+        nvml_selector(1, raw)
+
+
+def test_devices_imports_no_diagnosis_tool():
+    import ast
+    from pathlib import Path
+
+    import allgpu.devices
+
+    imported = set()
+    for path in Path(allgpu.devices.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names)
+    assert "allgpu.devices.visible" in imported  # the walk sees the package's own imports
+    assert not [m for m in imported if m.startswith(("allgpu.doctor", "allgpu.monitor", "allgpu.lint"))]

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from allgpu.errors import CheckpointError
+from allgpu.errors import CorruptCheckpointError  # re-exported: its home was here
 
 MAGIC = b"ALLGPUCK"
 VERSION = 1
@@ -30,10 +30,6 @@ _HEADER = struct.Struct("<8sI32sQ")
 HEADER_SIZE = _HEADER.size  # 52 bytes
 _CHUNK = 1 << 20  # 1 MiB read size when hashing
 TEMP_PREFIX = ".tmp-"
-
-
-class CorruptCheckpointError(CheckpointError):
-    """A checkpoint file or folder that fails verification (truncated, bit-flipped, incomplete)."""
 
 
 class _HashingWriter:

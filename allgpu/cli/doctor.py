@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.run:
             print("allgpu doctor --run: name the script. Fix: allgpu doctor --run train.py [args]", file=sys.stderr)
             return 2
-        from allgpu.doctor.run_script import run_monitored
+        from allgpu.cli.doctor_run import run_monitored
 
         return run_monitored(args.run[0], args.run[1:], steps=args.steps, report_dir=args.report)
     config = DoctorConfig(json=args.json, reading=args.reading)

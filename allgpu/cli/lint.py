@@ -9,6 +9,8 @@ import argparse
 import sys
 from dataclasses import dataclass
 
+from allgpu.errors import UnknownRuleError
+from allgpu.findings import exit_code
 from allgpu.lint.catalog import RULES, explain
 from allgpu.lint.checker import LintUsageError, check_paths, parse_rule_list
 from allgpu.lint.output import FORMATS
@@ -48,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     if cfg.explain:
         try:
             sys.stdout.write(explain(cfg.explain))
-        except KeyError as exc:
-            print(f"allgpu lint: error: {exc.args[0]}", file=sys.stderr)
+        except UnknownRuleError as exc:
+            print(f"allgpu lint: error: {exc}", file=sys.stderr)
             return 2
         return 0
     if cfg.list_rules:
@@ -65,4 +67,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"allgpu lint: error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(FORMATS[cfg.fmt](findings, n_files))
-    return 1 if findings else 0
+    return exit_code(findings, fail_on="info")  # any finding fails the run, info included

@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from allgpu.advice import cpu_affinity, cpu_quota
 from allgpu.doctor.reading import EnvironmentReading, GpuLink, GpuProcess, GpuReading, PeerAccess, TorchDevice
 
 T = TypeVar("T")
@@ -182,18 +183,6 @@ def _read_nvml() -> dict[str, Any]:
         _try(nvml.nvmlShutdown)
 
 
-def _cpu_quota() -> float | None:
-    """cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``, in cores; None if unlimited."""
-    text = _try(lambda: Path("/sys/fs/cgroup/cpu.max").read_text().split())
-    if text and text[0] != "max":
-        return int(text[0]) / int(text[1])
-    quota = _try(lambda: int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text()))
-    period = _try(lambda: int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text()))
-    if quota and period and quota > 0:
-        return quota / period
-    return None
-
-
 def read_environment() -> EnvironmentReading:
     """Read this machine and process into an :class:`EnvironmentReading`.
 
@@ -201,7 +190,7 @@ def read_environment() -> EnvironmentReading:
     access), so call it before forking workers. Takes about a second on a multi-GPU machine. Never raises for
     a broken environment: each failure is recorded in the reading.
     """
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    affinity = cpu_affinity()
     kernel = _try(lambda: Path("/proc/driver/nvidia/version").read_text().splitlines()[0].strip())
     fields: dict[str, Any] = {
         "python_version": platform.python_version(),
@@ -213,7 +202,7 @@ def read_environment() -> EnvironmentReading:
         "pid": os.getpid(),
         "cpu_affinity": affinity,
         "cpu_total": os.cpu_count() or affinity,
-        "cpu_quota": _cpu_quota(),
+        "cpu_quota": cpu_quota(),
     }
     fields.update(_read_nvml())
     fields.update(_read_torch())

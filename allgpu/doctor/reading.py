@@ -18,13 +18,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from allgpu.errors import AllGpuError
+from allgpu.errors import ReadingFormatError  # noqa: F401  (re-exported: its home was here)
 
 SCHEMA_VERSION = 1
-
-
-class ReadingFormatError(AllGpuError, ValueError):
-    """A saved reading (JSON) that is missing a field or holds a value of the wrong type."""
 
 
 @dataclass(frozen=True)

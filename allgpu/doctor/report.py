@@ -9,11 +9,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from allgpu.doctor.problem import Problem, exit_code
+from allgpu.advice import WorkerAdvice, suggest_workers
 from allgpu.doctor.reading import EnvironmentReading
 from allgpu.doctor.rules import torch_gpus, visibility
-from allgpu.doctor.visible import explain
-from allgpu.doctor.workers import WorkerAdvice, suggest_workers
+from allgpu.devices.visible import explain
+from allgpu.findings import Finding, exit_code
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -23,7 +23,17 @@ def worker_advice(reading: EnvironmentReading) -> WorkerAdvice:
     return suggest_workers(reading.cpu_affinity, reading.cpu_quota, max(1, torch_gpus(reading)))
 
 
-def to_json(reading: EnvironmentReading, problems: Sequence[Problem]) -> dict[str, Any]:
+def problem_dict(p: Finding) -> dict[str, Any]:
+    """One problem in ``allgpu doctor --json``'s shape: ``{id, severity, cause, fix, devices}``, plus
+    ``evidence`` when the finding has any."""
+    out: dict[str, Any] = {"id": p.id, "severity": p.severity, "cause": p.message, "fix": p.fix,
+                           "devices": list(p.devices)}
+    if p.evidence:
+        out["evidence"] = list(p.evidence)
+    return out
+
+
+def to_json(reading: EnvironmentReading, problems: Sequence[Finding]) -> dict[str, Any]:
     """``{"reading": …, "visible_devices": …, "dataloader": …, "problems": […], "exit_code": 0|1}``.
 
     ``"reading"`` feeds back into :meth:`EnvironmentReading.from_dict` (``allgpu doctor --reading FILE``).
@@ -40,7 +50,7 @@ def to_json(reading: EnvironmentReading, problems: Sequence[Problem]) -> dict[st
         },
         "dataloader": {"num_workers": advice.workers, "usable_cores": advice.usable_cores,
                        "replicas": advice.replicas, "reason": advice.reason},
-        "problems": [p.to_dict() for p in problems],
+        "problems": [problem_dict(p) for p in problems],
         "exit_code": exit_code(problems),
     }
 
@@ -106,7 +116,7 @@ def _links(r: EnvironmentReading) -> Table | None:
     return t
 
 
-def render(reading: EnvironmentReading, problems: Sequence[Problem], console: Console | None = None) -> None:
+def render(reading: EnvironmentReading, problems: Sequence[Finding], console: Console | None = None) -> None:
     """Print the reading and the problems (errors first) to ``console`` (stdout by default)."""
     console = console or Console()
     visible, mapping = visibility(reading)
@@ -128,8 +138,10 @@ def render(reading: EnvironmentReading, problems: Sequence[Problem], console: Co
         body = Table.grid(padding=(0, 1))
         body.add_column(style="dim", no_wrap=True)
         body.add_column()
-        body.add_row("  cause:", Text(p.cause))
+        body.add_row("  cause:", Text(p.message))
         body.add_row("  fix:", Text(p.fix))
+        for item in p.evidence:
+            body.add_row("  seen:", Text(item))
         console.print(body)
     errors = sum(p.severity == "error" for p in problems)
     console.print(f"{len(problems)} problem(s), {errors} error(s): exit code {exit_code(problems)}.")

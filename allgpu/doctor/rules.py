@@ -10,7 +10,7 @@ from typing import Callable
 
 from allgpu.doctor.problem import Problem, by_severity
 from allgpu.doctor.reading import EnvironmentReading
-from allgpu.doctor.visible import VisibleDevices, VisibleMapping, explain, map_to_driver, parse_visible_devices
+from allgpu.devices.visible import VisibleDevices, VisibleMapping, explain, map_to_driver, parse_visible_devices
 from allgpu.doctor.workers import usable_cores
 
 WHEEL_HINT = "https://pytorch.org/get-started/locally/"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from allgpu.errors import UnknownRuleError
 from allgpu.lint.findings import Rule
 
 _R = [
@@ -170,9 +171,11 @@ def explain(rule_id: str) -> str:
     """The full text for ``allgpu lint --explain ID``.
 
     Raises:
-        KeyError: ``rule_id`` is not a known rule (the message lists the known ids).
+        UnknownRuleError: (a ``KeyError`` and a ``ValueError``) ``rule_id`` is not a known rule (the message
+            lists the known ids).
     """
     rule = RULES.get(rule_id.upper())
     if rule is None:
-        raise KeyError(f"unknown rule {rule_id!r}; known rules: {', '.join(RULES)}")
+        raise UnknownRuleError(f"unknown rule {rule_id!r}; known rules: {', '.join(RULES)}. "
+                               "Fix: `allgpu lint --list-rules` lists them.")
     return f"{rule.id} ({rule.severity}, {rule.title}): {rule.message}\n\n{rule.explanation}\n"

@@ -13,11 +13,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from allgpu.errors import AllGpuError
+from allgpu.errors import LintUsageError
 from allgpu.lint import rules_allgpu, rules_env, rules_tf, rules_tf_input, rules_torch
 from allgpu.lint.catalog import RULES
 from allgpu.lint.facts import Facts
-from allgpu.lint.findings import Finding
+from allgpu.lint.findings import Finding, lint_finding
 from allgpu.lint.notebook import NotebookError, read_notebook, source_lines_in_file
 from allgpu.lint.resolve import Module
 
@@ -35,10 +35,6 @@ CHECKS = (
 _NOQA = re.compile(r"#\s*allgpu:\s*noqa(?:\[([^\]]*)\])?", re.IGNORECASE)
 _SKIP_DIRS = {".git", ".hg", ".venv", "venv", "__pycache__", ".ipynb_checkpoints", "node_modules", ".tox",
               "site-packages", ".mypy_cache", ".pytest_cache"}
-
-
-class LintUsageError(AllGpuError):
-    """Bad arguments to the linter: an unknown rule id in select/ignore, a path that does not exist."""
 
 
 def parse_rule_list(text: str | Iterable[str] | None) -> tuple[str, ...] | None:
@@ -124,21 +120,21 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
         try:
             nb = read_notebook(text)
         except NotebookError as exc:
-            return _keep([Finding(filename, 1, 1, "E999", "error", str(exc))], select, ignore)
+            return _keep([lint_finding(filename, 1, 1, "E999", "error", str(exc))], select, ignore)
         starts = source_lines_in_file(text)
-        findings += [Finding(filename, line, 1, "E999", "error", f"cell does not parse: {msg}", cell=cell,
-                             file_line=starts[cell] + line - 1 if cell in starts else None)
+        findings += [lint_finding(filename, line, 1, "E999", "error", f"cell does not parse: {msg}", cell=cell,
+                                  file_line=starts[cell] + line - 1 if cell in starts else None)
                      for cell, line, msg in nb.bad_cells]
         text, origin = nb.text, nb.origin
     try:
         tree = ast.parse(text, filename=filename)
     except SyntaxError as exc:
         hint = " (Python 2 code?)" if _looks_py2(exc, text) else ""
-        findings.append(Finding(filename, exc.lineno or 1, (exc.offset or 0) or 1, "E999", "error",
-                                f"file does not parse: {exc.msg}{hint}"))
+        findings.append(lint_finding(filename, exc.lineno or 1, (exc.offset or 0) or 1, "E999", "error",
+                                     f"file does not parse: {exc.msg}{hint}"))
         return _keep(findings, select, ignore)
     except (ValueError, RecursionError, MemoryError) as exc:
-        findings.append(Finding(filename, 1, 1, "E999", "error", f"file does not parse: {exc}"))
+        findings.append(lint_finding(filename, 1, 1, "E999", "error", f"file does not parse: {exc}"))
         return _keep(findings, select, ignore)
     mod = Module(tree, text)
     ctx = _Context(mod, Facts(mod))
@@ -159,10 +155,10 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
         if origin is not None and 0 < line <= len(origin):
             cell, cell_line = origin[line - 1]
             file_line = starts[cell] + cell_line - 1 if cell in starts else None
-            findings.append(Finding(filename, cell_line, col, rule_id, rule.severity, message, cell=cell,
-                                    file_line=file_line))
+            findings.append(lint_finding(filename, cell_line, col, rule_id, rule.severity, message, cell=cell,
+                                         file_line=file_line))
         else:
-            findings.append(Finding(filename, line, col, rule_id, rule.severity, message))
+            findings.append(lint_finding(filename, line, col, rule_id, rule.severity, message))
     return _keep(findings, select, ignore)
 
 
@@ -194,7 +190,7 @@ def check_path(path: Path, select=None, ignore=None) -> list[Finding]:
     try:
         text = read_text(path)
     except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
-        return _keep([Finding(name, 1, 1, "E999", "error", f"cannot read file: {exc}")],
+        return _keep([lint_finding(name, 1, 1, "E999", "error", f"cannot read file: {exc}")],
                      parse_rule_list(select), parse_rule_list(ignore))
     return check_source(text, name, select, ignore)
 

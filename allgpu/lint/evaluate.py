@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from allgpu.errors import LintUsageError
 from allgpu.lint.checker import check_path, check_source
 
 
@@ -52,13 +53,14 @@ def load_manifest(folder: Path) -> dict[str, list[str]]:
 
     Raises:
         FileNotFoundError: no manifest in ``folder``.
-        ValueError: the manifest names a file that is not in ``folder``.
+        LintUsageError: (a ``ValueError``) the manifest names a file that is not in ``folder``.
     """
     data = json.loads((folder / "manifest.json").read_text())
     cases = {k: v for k, v in data.items() if not k.startswith("_")}
     missing = [k for k in cases if not (folder / k).is_file()]
     if missing:
-        raise ValueError(f"manifest.json in {folder} names missing files: {missing}")
+        raise LintUsageError(f"manifest.json in {folder} names missing files: {missing}. Fix: add the files or "
+                             "remove their entries.")
     return cases
 
 
@@ -66,7 +68,7 @@ def evaluate(folder: Path) -> Evaluation:
     """Run the checker on every labelled file in ``folder`` and score it per rule."""
     ev = Evaluation()
     for name, expected in sorted(load_manifest(folder).items()):
-        found = {f.rule_id for f in check_path(folder / name)}
+        found = {f.id for f in check_path(folder / name)}
         want = set(expected)
         ev.files += 1
         ev.clean_files += not want

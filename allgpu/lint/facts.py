@@ -22,6 +22,21 @@ DISTRIBUTE_ATTRS = (
 TRAIN_FEATURES = frozenset({"tape", "apply", "fit", "backward", "optstep"})
 
 
+def reachable_functions(mod: Module, roots) -> set[int]:
+    """ids of the local functions in ``roots`` and of every local function they call, transitively."""
+    out: set[int] = set()
+    stack = list(roots)
+    while stack:
+        fn = stack.pop()
+        if id(fn) in out:
+            continue
+        out.add(id(fn))
+        for node in iter_body_nodes(fn.body):
+            if isinstance(node, ast.Call):
+                stack.extend(mod.local_functions(node.func))
+    return out
+
+
 def strategy_ctor(qn: str | None) -> tuple[str, str] | None:
     """``(framework, kind)`` when ``qn`` names a strategy class: ``("tf", "MirroredStrategy")``."""
     if not qn:
@@ -114,20 +129,9 @@ class Facts:
     @cached_property
     def run_targets(self) -> set[int]:
         """ids of the local functions passed to ``strategy.run`` (and of those they call)."""
-        out: set[int] = set()
-        stack = []
-        for call, _ in self.mod.calls:
-            if self.is_strategy_run(call) and call.args:
-                stack.extend(self.mod.local_functions(call.args[0]))
-        while stack:
-            fn = stack.pop()
-            if id(fn) in out:
-                continue
-            out.add(id(fn))
-            for node in iter_body_nodes(fn.body):
-                if isinstance(node, ast.Call):
-                    stack.extend(self.mod.local_functions(node.func))
-        return out
+        roots = [fn for call, _ in self.mod.calls if self.is_strategy_run(call) and call.args
+                 for fn in self.mod.local_functions(call.args[0])]
+        return reachable_functions(self.mod, roots)
 
     # --- features ----------------------------------------------------------------------------------
     def call_features(self, call: ast.Call) -> set[str]:

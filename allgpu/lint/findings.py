@@ -1,10 +1,17 @@
-"""What the checker reports: a :class:`Rule` (the catalogue entry) and a :class:`Finding` (one hit in one file)."""
+"""What the checker reports: a :class:`Rule` (the catalogue entry) and a :class:`Finding` (one hit in one file).
+
+:class:`Finding` is :class:`allgpu.findings.Finding`, the one finding type of lint, doctor and the monitor; a lint
+finding carries a :class:`~allgpu.findings.Location` and keeps the former attribute names (``rule_id``, ``path``,
+``line``, ``col``, ``cell``, ``file_line``, ``location()``) as aliases.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-SEVERITIES = ("error", "warning", "info")
+from allgpu.findings import SEVERITIES, Finding, Location
+
+__all__ = ["SEVERITIES", "Finding", "Location", "Rule", "lint_finding"]
 
 
 @dataclass(frozen=True)
@@ -28,36 +35,11 @@ class Rule:
     explanation: str = field(repr=False)
 
 
-@dataclass(frozen=True)
-class Finding:
-    """One pitfall found at one place.
+def lint_finding(path: str, line: int, col: int, rule_id: str, severity: str, message: str,
+                 cell: int | None = None, file_line: int | None = None) -> Finding:
+    """A :class:`~allgpu.findings.Finding` at ``path:line:col`` (the lint checker's former positional spelling).
 
-    Attributes:
-        path: the file as given to the checker.
-        line: 1-based line; for a notebook, the line inside ``cell``.
-        col: 1-based column.
-        rule_id: the :class:`Rule` id.
-        severity: copied from the rule.
-        message: the rule's message, sometimes made concrete (names the model, the device).
-        cell: 1-based index of the notebook cell among all cells, ``None`` for a ``.py`` file.
-        file_line: for a notebook, the line of the ``.ipynb`` file itself (used by SARIF), when known.
+    ``fix`` points at ``allgpu lint --explain ID``, where each rule's explanation gives the fix in full.
     """
-
-    path: str
-    line: int
-    col: int
-    rule_id: str
-    severity: str
-    message: str
-    cell: int | None = None
-    file_line: int | None = None
-
-    def location(self) -> str:
-        """``path:line:col`` or, for a notebook, ``path:cell N:line:col``."""
-        if self.cell is not None:
-            return f"{self.path}:cell {self.cell}:{self.line}:{self.col}"
-        return f"{self.path}:{self.line}:{self.col}"
-
-    def to_dict(self) -> dict:
-        """A plain dict for JSON output (keys as the attribute names)."""
-        return asdict(self)
+    return Finding(rule_id, severity, message or rule_id, f"`allgpu lint --explain {rule_id}` gives the fix.",
+                   location=Location(path, line, col, cell, file_line))

@@ -126,6 +126,32 @@ def call_site_note(stack: list) -> str:
     return ""
 
 
+def emit_outside_scope(ctx, rule_id: str, classify: Callable[[ast.Call], object], trained: set[str],
+                       describe: Callable[[object, str], str], unless: Callable[[list], bool] | None = None) -> None:
+    """Emit ``rule_id`` at each creation reached outside ``strategy.scope()`` whose result is later trained.
+
+    Args:
+        ctx: the checker context (``ctx.facts``, ``ctx.emit``).
+        classify: ``call -> kind`` (truthy for a creation: a model, optimizer, metric).
+        trained: names the file trains (``model.fit``, ``optimizer.step``...).
+        describe: ``(kind, name) -> message``; the call-site note (``in f(), called at line N``) is appended.
+        unless: ``stack -> bool``; a creation for which it returns True is not reported (a rule's own exception).
+    """
+    nested = nested_check(ctx.facts, classify)
+
+    def on_call(call: ast.Call, in_scope: bool, stack: list) -> None:
+        if in_scope:
+            return
+        kind = classify(call)
+        if not kind or nested(call):
+            return
+        names = stack_targets(stack) & trained
+        if names and not (unless is not None and unless(stack)):
+            ctx.emit(rule_id, call, describe(kind, sorted(names)[0]) + call_site_note(stack))
+
+    walk_scopes(ctx.facts, on_call)
+
+
 def nested_check(facts: Facts, classify: Callable[[ast.Call], str | None]) -> Callable[[ast.Call], bool]:
     """Wrap ``classify`` so a creation nested in another creation (a layer in ``Sequential([...])``) is skipped."""
     mod = facts.mod

@@ -11,6 +11,8 @@ import ast
 import json
 from dataclasses import dataclass, field
 
+from allgpu.errors import NotebookError  # re-exported: its home was here
+
 # Cell magics whose body is Python; any other ``%%magic`` cell (bash, writefile, html...) is skipped whole.
 _PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun", "%%debug")
 
@@ -28,10 +30,6 @@ class NotebookSource:
     text: str
     origin: list[tuple[int, int]] = field(default_factory=list)
     bad_cells: list[tuple[int, int, str]] = field(default_factory=list)
-
-
-class NotebookError(ValueError):
-    """The file is not a readable notebook (not JSON, or no ``cells`` list)."""
 
 
 def _clean(line: str) -> str:

@@ -17,9 +17,9 @@ INFO_URI = "https://github.com/allgpu/allgpu"
 
 def format_text(findings: list[Finding], files_checked: int) -> str:
     """One ``path:line:col: ID [severity] message`` line per finding, then a summary line."""
-    lines = [f"{f.location()}: {f.rule_id} [{f.severity}] {f.message}" for f in findings]
+    lines = [f"{f.location}: {f.id} [{f.severity}] {f.message}" for f in findings]
     if findings:
-        by_rule = Counter(f.rule_id for f in findings)
+        by_rule = Counter(f.id for f in findings)
         detail = ", ".join(f"{rid} x{n}" for rid, n in sorted(by_rule.items()))
         lines.append(f"{len(findings)} finding(s) in {files_checked} file(s): {detail}. "
                      "`allgpu lint --explain ID` shows the fix.")
@@ -28,9 +28,17 @@ def format_text(findings: list[Finding], files_checked: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def finding_dict(f: Finding) -> dict:
+    """One lint finding in ``allgpu lint --format json``'s shape (unchanged since the first release):
+    ``{path, line, col, rule_id, severity, message, cell, file_line}``."""
+    return {"path": f.path, "line": f.line, "col": f.col, "rule_id": f.id, "severity": f.severity,
+            "message": f.message, "cell": f.cell, "file_line": f.file_line}
+
+
 def format_json(findings: list[Finding], files_checked: int) -> str:
-    """``{"files_checked": N, "findings": [{path, line, col, rule_id, severity, message, cell}, ...]}``."""
-    return json.dumps({"files_checked": files_checked, "findings": [f.to_dict() for f in findings]}, indent=2) + "\n"
+    """``{"files_checked": N, "findings": [{path, line, col, rule_id, severity, message, cell, file_line}, ...]}``."""
+    return json.dumps({"files_checked": files_checked, "findings": [finding_dict(f) for f in findings]},
+                      indent=2) + "\n"
 
 
 def _uri(path: str) -> str:
@@ -67,15 +75,15 @@ def sarif_log(findings: list[Finding]) -> dict:
         if f.cell is None:  # inside a notebook's JSON the cell's column is not the file's column
             region["startColumn"] = max(f.col, 1)
         result = {
-            "ruleId": f.rule_id,
-            "ruleIndex": ids.index(f.rule_id),
+            "ruleId": f.id,
+            "ruleIndex": ids.index(f.id),
             "level": _LEVEL[f.severity],
             "message": {"text": text},
             "locations": [{"physicalLocation": {
                 "artifactLocation": {"uri": _uri(f.path)},
                 "region": region,
             }}],
-            "partialFingerprints": {"allgpuLint/v1": f"{f.rule_id}:{_uri(f.path)}:{f.cell or 0}:{f.line}"},
+            "partialFingerprints": {"allgpuLint/v1": f"{f.id}:{_uri(f.path)}:{f.cell or 0}:{f.line}"},
         }
         if f.cell is not None:
             result["properties"] = {"cell": f.cell, "lineInCell": f.line}

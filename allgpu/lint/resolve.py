@@ -82,6 +82,36 @@ def iter_body_nodes(stmts: list[ast.stmt]):
             stack.append(child)
 
 
+def _linked_nodes(tree: ast.AST, parent: dict[int, ast.AST]):
+    """Every node under ``tree`` (``tree`` first), recording ``parent[id(child)] = node`` on the way: one pass for
+    parent links and indexes (``ast.walk`` + ``iter_child_nodes`` costs twice as much)."""
+    AST = ast.AST
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        for fname in node._fields:
+            value = getattr(node, fname, None)
+            if isinstance(value, list):
+                for child in value:
+                    if isinstance(child, AST):
+                        parent[id(child)] = node
+                        stack.append(child)
+            elif isinstance(value, AST):
+                parent[id(value)] = node
+                stack.append(value)
+        yield node
+
+
+def _import_aliases(node: ast.Import | ast.ImportFrom) -> dict[str, str]:
+    """Local name -> normalised qualified name for one import statement (relative imports bind nothing known)."""
+    if isinstance(node, ast.Import):
+        return {(a.asname or a.name.split(".")[0]): (normalise(a.name) if a.asname else a.name.split(".")[0])
+                for a in node.names}
+    if not node.module or node.level != 0:
+        return {}
+    return {a.asname or a.name: normalise(f"{node.module}.{a.name}") for a in node.names}
+
+
 class Module:
     """One parsed file with its import table, assignments, definitions and parent links.
 
@@ -108,21 +138,7 @@ class Module:
         self.loops: list[ast.For | ast.AsyncFor | ast.While] = []
         self.subscript_assigns: list[tuple[ast.Subscript, ast.expr]] = []
         all_calls: list[ast.Call] = []
-        parent = self.parent
-        AST = ast.AST
-        stack: list[ast.AST] = [tree]
-        while stack:  # one pass: parent links and indexes (ast.walk + iter_child_nodes costs twice as much)
-            node = stack.pop()
-            for fname in node._fields:
-                value = getattr(node, fname, None)
-                if isinstance(value, list):
-                    for child in value:
-                        if isinstance(child, AST):
-                            parent[id(child)] = node
-                            stack.append(child)
-                elif isinstance(value, AST):
-                    parent[id(value)] = node
-                    stack.append(value)
+        for node in _linked_nodes(tree, self.parent):
             if isinstance(node, ast.Call):
                 all_calls.append(node)
             elif isinstance(node, ast.Attribute):
@@ -131,16 +147,8 @@ class Module:
                 self.loops.append(node)
             elif isinstance(node, ast.Name):
                 self.name_ids.add(node.id)
-            elif isinstance(node, ast.Import):
-                for a in node.names:
-                    if a.asname:
-                        self.aliases[a.asname] = normalise(a.name)
-                    else:
-                        root = a.name.split(".")[0]
-                        self.aliases[root] = root
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                for a in node.names:
-                    self.aliases[a.asname or a.name] = normalise(f"{node.module}.{a.name}")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                self.aliases.update(_import_aliases(node))
             elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for t in targets:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from allgpu.lint.flow import call_site_note, nested_check, stack_targets, walk_scopes
+from allgpu.lint.flow import emit_outside_scope
 from allgpu.lint.resolve import dotted, kwarg
 
 _NOT_MODELS = ("torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel", "torch.nn.Parameter",
@@ -45,22 +45,11 @@ def _trained(mod) -> set[str]:
 
 
 def check_ag001(ctx) -> None:
-    mod, facts = ctx.mod, ctx.facts
-    if not facts.has_strategy("allgpu", multi_device=False):
+    mod = ctx.mod
+    if not ctx.facts.has_strategy("allgpu", multi_device=False):
         return
-    trained = _trained(mod)
-    classify = lambda c: torch_model_creation(mod, c)  # noqa: E731
-    nested = nested_check(facts, classify)
-
-    def on_call(call: ast.Call, in_scope: bool, stack: list) -> None:
-        if in_scope or not classify(call) or nested(call):
-            return
-        names = stack_targets(stack) & trained
-        if names:
-            ctx.emit("AG001", call, f"model `{sorted(names)[0]}` built outside strategy.scope(): "
-                                    f"allgpu will not mirror it{call_site_note(stack)}")
-
-    walk_scopes(facts, on_call)
+    emit_outside_scope(ctx, "AG001", lambda c: torch_model_creation(mod, c), _trained(mod),
+                       lambda kind, name: f"model `{name}` built outside strategy.scope(): allgpu will not mirror it")
 
 
 def _global_batch_names(mod) -> set[str]:

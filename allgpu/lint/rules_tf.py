@@ -6,7 +6,8 @@ import ast
 import re
 
 from allgpu.lint import tfdata
-from allgpu.lint.flow import call_site_note, nested_check, stack_targets, walk_scopes
+from allgpu.lint.facts import reachable_functions
+from allgpu.lint.flow import emit_outside_scope
 from allgpu.lint.resolve import const_str, dotted, iter_body_nodes, kwarg
 
 _KERAS_MODELS = {"keras.Sequential", "keras.Model", "keras.models.Sequential", "keras.models.Model",
@@ -67,25 +68,11 @@ def _trained_names(ctx) -> set[str]:
 
 
 def check_tf001(ctx) -> None:
-    facts = ctx.facts
-    if not facts.has_strategy("tf"):
+    if not ctx.facts.has_strategy("tf"):
         return
-    trained = _trained_names(ctx)
-    classify = lambda c: tf_creation(ctx, c)  # noqa: E731
-    nested = nested_check(facts, classify)
-
-    def on_call(call: ast.Call, in_scope: bool, stack: list) -> None:
-        if in_scope:
-            return
-        kind = classify(call)
-        if kind is None or nested(call):
-            return
-        names = stack_targets(stack) & trained
-        if names:
-            ctx.emit("TF001", call, f"{kind} `{sorted(names)[0]}` created outside strategy.scope(): "
-                                    f"its variables live on one device{call_site_note(stack)}")
-
-    walk_scopes(facts, on_call)
+    emit_outside_scope(ctx, "TF001", lambda c: tf_creation(ctx, c), _trained_names(ctx),
+                       lambda kind, name: f"{kind} `{name}` created outside strategy.scope(): "
+                                          "its variables live on one device")
 
 
 def check_tf002(ctx) -> None:
@@ -272,16 +259,8 @@ def check_tf011(ctx) -> None:
         return
     wrapped = {c.args[0].id for c, qn in mod.calls
                if qn == "tensorflow.function" and c.args and isinstance(c.args[0], ast.Name)}
-    graph: set[int] = set()
-    stack = [fn for defs in mod.functions.values() for fn in defs if _is_tf_function(mod, fn, wrapped)]
-    while stack:
-        fn = stack.pop()
-        if id(fn) in graph:
-            continue
-        graph.add(id(fn))
-        for node in iter_body_nodes(fn.body):
-            if isinstance(node, ast.Call):
-                stack.extend(mod.local_functions(node.func))
+    graph = reachable_functions(mod, [fn for defs in mod.functions.values() for fn in defs
+                                      if _is_tf_function(mod, fn, wrapped)])
     for call, _ in mod.calls:
         if not facts.is_strategy_run(call) or not call.args:
             continue

@@ -7,7 +7,8 @@
 - :func:`install_hang_dump` makes ``SIGUSR1`` print which replica is behind, at which collective, from which line.
 """
 
-from allgpu.monitor.diagnosis import Finding, Thresholds, diagnose
+from allgpu.findings import Finding
+from allgpu.monitor.diagnosis import Thresholds, diagnose
 from allgpu.monitor.figures import PHASES, ReplicaFigures
 from allgpu.monitor.hang import hang_report, install_hang_dump
 from allgpu.monitor.report import EpochReport, write_run_report

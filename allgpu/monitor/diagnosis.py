@@ -8,19 +8,49 @@ TensorFlow Profiler's "input-bound" / "device-bound" verdicts):
                          waits least (the slowest replica's wait is pure communication; the others' also includes
                          waiting for it);
 ``straggler``            a replica whose typical (median) compute a step is over 1.2x the replicas' median;
-``idle-device``          a host with more visible GPUs than replicas on them;
+``idle-device``          a host with more visible GPUs than replicas on them (:func:`allgpu.advice.device_use`, the
+                         computation, severity and fix ``allgpu doctor``'s ``idle_devices`` uses too);
+``shared-device``        a GPU that several replicas of one host share;
 ``host-bound``           "other" (Python between phases) over 30% of step time.
 
-No I/O, no torch: the functions take figures and return findings, so they are tested on constructed figures.
+No I/O, no torch: the functions take figures and return :class:`allgpu.findings.Finding` s (``replica`` set where
+one replica is concerned), so they are tested on constructed figures.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
+from allgpu.advice import IDLE_FIX, IDLE_SEVERITY, SHARED_FIX, WORKERS_RULE, device_use
+from allgpu.findings import Finding
 from allgpu.monitor.figures import ReplicaFigures
+
+__all__ = ["Finding", "Thresholds", "communication_bound", "diagnose", "host_bound", "idle_devices", "input_bound",
+           "stragglers"]
+
+
+# Each rule's fix, a str.format template the rule fills in.
+FIXES = {
+    "input-bound": (
+        "Feed faster: more loader workers ({current}; distribute_dataset(..., num_workers='auto') picks {rule}"
+        ", the number `allgpu doctor` prints; or DataLoader(num_workers=N)), keep prefetch on (prefetch_factor) and "
+        "pinned memory (pin_memory=True) for the host-to-device copy, and move slow decoding or augmentation out "
+        "of __getitem__ (precompute or cache it)."),
+    "communication-bound": (
+        "All-reduce less often or send less: gradient accumulation (strategy.accumulate(k) or "
+        "fit(accumulation_steps=k)), a bigger per-replica batch (now {batch} examples) so each all-reduce pays for "
+        "more compute, and bf16 gradient compression (MirroredStrategy(gradient_compression='bf16')) to halve the "
+        "bytes sent; across machines, check the interconnect (NCCL_DEBUG=INFO names the transport)."),
+    "straggler": (
+        "Find what slows replica {replica}: another process on its device (run `allgpu doctor`; nvidia-smi), a "
+        "slower or throttled GPU, work only it does inside the step (logging, checkpoints, evaluation: move it "
+        "after the step or spread it), or uneven batch shapes (bucket by length)."),
+    "host-bound": (
+        "Give each launch more work: a larger per-replica batch, torch.compile(model) to fuse small kernels, fewer "
+        "per-step host syncs (.item(), .cpu(), print) and logging every N steps instead of every step."),
+}
 
 
 @dataclass(frozen=True)
@@ -32,28 +62,6 @@ class Thresholds:
     other: float = 0.30
     straggler: float = 1.2
     straggler_min_excess_s: float = 0.0005  # below half a millisecond a step, differences are timer noise
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One diagnosed problem.
-
-    Attributes:
-        id: rule name (``"input-bound"``, ``"communication-bound"``, ``"straggler"``, ``"idle-device"``,
-            ``"host-bound"``).
-        severity: ``"warning"`` (throughput lost) or ``"error"`` (a device does no work at all).
-        replica: the replica concerned; None when it concerns the job (every replica, or a device).
-        message: what was measured, with numbers. fix: what to change.
-    """
-
-    id: str
-    severity: str
-    replica: int | None
-    message: str
-    fix: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def diagnose(figures: list[ReplicaFigures], thresholds: Thresholds = Thresholds()) -> list[Finding]:
@@ -81,16 +89,20 @@ def _who(replicas: list[ReplicaFigures], total: int) -> tuple[int | None, str]:
     return None, "replicas " + ", ".join(str(f.replica) for f in replicas)
 
 
-def _pct(figure: ReplicaFigures, phase: str) -> str:
-    return f"{100 * figure.fraction(phase):.0f}%"
+def _over(figures: list[ReplicaFigures], phase: str, limit: float):
+    """``(slow replicas, replica or None, "who", "replica r NN%, ...")`` for the replicas whose ``phase`` share of
+    step time is over ``limit``; ``([], None, "", "")`` when none is."""
+    slow = [f for f in figures if f.fraction(phase) > limit]
+    if not slow:
+        return [], None, "", ""
+    replica, who = _who(slow, len(figures))
+    return slow, replica, who, ", ".join(f"replica {f.replica} {100 * f.fraction(phase):.0f}%" for f in slow)
 
 
 def input_bound(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> list[Finding]:
-    slow = [f for f in figures if f.fraction("input") > t.input]
+    slow, replica, who, shares = _over(figures, "input", t.input)
     if not slow:
         return []
-    replica, who = _who(slow, len(figures))
-    shares = ", ".join(f"replica {f.replica} {_pct(f, 'input')}" for f in slow)
     workers = {f.num_workers for f in slow if f.num_workers is not None}
     if workers:
         now = ", ".join(map(str, sorted(workers)))
@@ -98,15 +110,10 @@ def input_bound(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> 
                                                else "")
     else:
         current = "num_workers is unknown here"
-    return [Finding(
-        "input-bound", "warning", replica,
-        f"{who} waited for input ({shares} of step time; threshold {t.input:.0%}): the device idles while the "
-        "next batch is loaded.",
-        f"Feed faster: more loader workers ({current}; distribute_dataset(..., num_workers=N) or "
-        "DataLoader(num_workers=N), up to the cores per replica), keep prefetch on (prefetch_factor) and pinned "
-        "memory (pin_memory=True) for the host-to-device copy, and move slow decoding or augmentation out of "
-        "__getitem__ (precompute or cache it).",
-    )]
+    message = (f"{who} waited for input ({shares} of step time; threshold {t.input:.0%}): the device idles while "
+               "the next batch is loaded.")
+    return [Finding("input-bound", "warning", message, FIXES["input-bound"].format(current=current, rule=WORKERS_RULE),
+                    replica=replica)]
 
 
 def communication_bound(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> list[Finding]:
@@ -117,16 +124,10 @@ def communication_bound(figures: list[ReplicaFigures], t: Thresholds = Threshold
         return []
     per_replica = [f.samples / f.steps for f in figures if f.steps]
     batch = f"{statistics.median(per_replica):g}" if per_replica else "?"
-    return [Finding(
-        "communication-bound", "warning", None,
-        f"every replica waited on the gradient all-reduce beyond the backward overlap for at least "
-        f"{100 * least.typical_comm_fraction:.0f}% of a typical step (replica {least.replica}, the one that waits "
-        f"least; threshold {t.comm:.0%}).",
-        f"All-reduce less often or send less: gradient accumulation (strategy.accumulate(k) or "
-        f"fit(accumulation_steps=k)), a bigger per-replica batch (now {batch} examples) so each all-reduce pays "
-        "for more compute, and bf16 gradient compression (MirroredStrategy(gradient_compression='bf16')) to "
-        "halve the bytes sent; across machines, check the interconnect (NCCL_DEBUG=INFO names the transport).",
-    )]
+    message = (f"every replica waited on the gradient all-reduce beyond the backward overlap for at least "
+               f"{100 * least.typical_comm_fraction:.0f}% of a typical step (replica {least.replica}, the one that "
+               f"waits least; threshold {t.comm:.0%}).")
+    return [Finding("communication-bound", "warning", message, FIXES["communication-bound"].format(batch=batch))]
 
 
 def stragglers(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> list[Finding]:
@@ -138,51 +139,45 @@ def stragglers(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> l
     for f in figures:
         mine = compute[f.replica]
         if mine > t.straggler * median and mine - median > t.straggler_min_excess_s:
-            out.append(Finding(
-                "straggler", "warning", f.replica,
-                f"replica {f.replica} ({f.device} on {f.host}) computes {1000 * mine:.1f} ms a step, "
-                f"{mine / median:.2f}x the median {1000 * median:.1f} ms (threshold {t.straggler:g}x); every other "
-                "replica waits for it at each all-reduce.",
-                f"Find what slows replica {f.replica}: another process on its device (run `allgpu doctor`; "
-                "nvidia-smi), a slower or throttled GPU, work only it does inside the step (logging, checkpoints, "
-                "evaluation: move it after the step or spread it), or uneven batch shapes (bucket by length).",
-            ))
+            message = (f"replica {f.replica} ({f.device} on {f.host}) computes {1000 * mine:.1f} ms a step, "
+                       f"{mine / median:.2f}x the median {1000 * median:.1f} ms (threshold {t.straggler:g}x); every "
+                       "other replica waits for it at each all-reduce.")
+            out.append(Finding("straggler", "warning", message, FIXES["straggler"].format(replica=f.replica),
+                               replica=f.replica))
     return out
 
 
 def host_bound(figures: list[ReplicaFigures], t: Thresholds = Thresholds()) -> list[Finding]:
-    slow = [f for f in figures if f.fraction("other") > t.other]
+    slow, replica, who, shares = _over(figures, "other", t.other)
     if not slow:
         return []
-    replica, who = _who(slow, len(figures))
-    shares = ", ".join(f"replica {f.replica} {_pct(f, 'other')}" for f in slow)
-    return [Finding(
-        "host-bound", "warning", replica,
-        f"{who} spent time outside input, compute, communication and optimizer ({shares} of step time; "
-        f"threshold {t.other:.0%}): Python overhead between many small kernels, host syncs or per-step logging.",
-        "Give each launch more work: a larger per-replica batch, torch.compile(model) to fuse small kernels, "
-        "fewer per-step host syncs (.item(), .cpu(), print) and logging every N steps instead of every step.",
-    )]
+    message = (f"{who} spent time outside input, compute, communication and optimizer ({shares} of step time; "
+               f"threshold {t.other:.0%}): Python overhead between many small kernels, host syncs or per-step "
+               "logging.")
+    return [Finding("host-bound", "warning", message, FIXES["host-bound"], replica=replica)]
 
 
 def idle_devices(figures: list[ReplicaFigures]) -> list[Finding]:
+    """Per host: an ``idle-device`` error for visible GPUs no replica runs on, a ``shared-device`` warning for a
+    GPU several replicas share (replicas whose GPU is unknown are left out)."""
     by_host: dict[str, list[ReplicaFigures]] = defaultdict(list)
     for f in figures:
         by_host[f.host].append(f)
     out = []
     for host, replicas in sorted(by_host.items()):
         visible = max(f.visible_gpus for f in replicas)
-        used = {f.cuda_index for f in replicas if f.cuda_index is not None}
-        idle = [i for i in range(visible) if i not in used]
-        if not idle:
-            continue
-        names = ", ".join(f"cuda:{i}" for i in idle)
-        out.append(Finding(
-            "idle-device", "error", None,
-            f"{host}: {visible} GPUs are visible but only {len(used)} have a replica ({len(replicas)} replica"
-            f"{'s' if len(replicas) != 1 else ''}); {names} {'does' if len(idle) == 1 else 'do'} no work.",
-            "Use every visible GPU: MirroredStrategy() with no devices= (or devices listing them all), or launch "
-            "one replica per GPU with `allgpu run --nproc-per-node auto train.py`; if the GPUs are meant for "
-            "something else, hide them with CUDA_VISIBLE_DEVICES.",
-        ))
+        # An index past the host's count (a replica that saw fewer GPUs) is left out, never raised mid-training.
+        use = device_use(visible, [f.cuda_index for f in replicas
+                                   if f.cuda_index is not None and f.cuda_index < visible])
+        if use.idle:
+            names = ", ".join(f"cuda:{i}" for i in use.idle)
+            n = len(replicas)
+            out.append(Finding(
+                "idle-device", IDLE_SEVERITY, devices=use.idle, fix=IDLE_FIX, message=
+                f"{host}: {visible} GPUs are visible but only {len(set(use.replicas))} have a replica ({n} replica"
+                f"{'s' if n != 1 else ''}); {names} {'does' if len(use.idle) == 1 else 'do'} no work.",
+            ))
+        if use.shared:
+            out.append(Finding("shared-device", "warning", f"{host}: {use.shared_message()}", SHARED_FIX,
+                               devices=use.shared))
     return out

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from allgpu.devices import parse_cuda_visible_devices
+from allgpu.devices import nvml_selector
 
 Reader = Callable[[], tuple[float, float]]  # () -> (utilisation %, memory used MiB)
 
@@ -44,12 +44,11 @@ def _handle(pynvml, visible_index: int):
     try:
         uuid = str(torch.cuda.get_device_properties(visible_index).uuid)
         return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
-    except Exception:
-        visible = parse_cuda_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
-        entries = visible.effective if visible.form == "index" else ()
-        if visible.form in ("gpu-uuid", "mig-uuid") and visible_index < len(visible.effective):
-            return pynvml.nvmlDeviceGetHandleByUUID(visible.effective[visible_index])
-        return pynvml.nvmlDeviceGetHandleByIndex(int(entries[visible_index]) if entries else visible_index)
+    except Exception:  # torch too old to report a UUID: predict the GPU from CUDA_VISIBLE_DEVICES
+        key = nvml_selector(visible_index, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if isinstance(key, str):
+            return pynvml.nvmlDeviceGetHandleByUUID(key)
+        return pynvml.nvmlDeviceGetHandleByIndex(key)
 
 
 class GpuSampler:

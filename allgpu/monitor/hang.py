@@ -27,6 +27,7 @@ import threading
 import time
 import traceback
 
+from allgpu.errors import MonitorUsageError
 from allgpu.ledger import Ledger
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,11 +47,13 @@ def install_hang_dump(strategy, signum: int = signal.SIGUSR1, stream=None) -> No
     wake-up descriptor (asyncio's, say).
 
     Raises:
-        RuntimeError: called from a thread other than the main thread (Python's signal API requires it).
+        MonitorUsageError: (a ``RuntimeError``) called from a thread other than the main thread (Python's signal
+            API requires it).
     """
     if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError("install_hang_dump() must be called from the main thread (Python installs signal handlers "
-                           "only there). Fix: call it right after building the strategy, outside any thread.")
+        raise MonitorUsageError("install_hang_dump() must be called from the main thread (Python installs signal "
+                                "handlers only there). Fix: call it right after building the strategy, outside any "
+                                "thread.")
     _installed.update(strategy=strategy, stream=stream, signum=signum)
     ledger = strategy.replica_group.ledger
     if ledger.store is not None:

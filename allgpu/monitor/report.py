@@ -6,7 +6,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from allgpu.monitor.diagnosis import Finding
+from allgpu.errors import ArgumentError
+from allgpu.findings import Finding
 from allgpu.monitor.figures import PHASES, ReplicaFigures
 
 UTIL_NOTE = "util %: NVML GPU utilisation (gpu) where sampled, else (compute + optimizer) / step time (busy)."
@@ -76,13 +77,19 @@ class EpochReport:
         console.print(self.findings_text(), markup=False, highlight=False)
 
     def to_dict(self) -> dict:
+        """``{epoch, replicas: [...], diagnosis: [{id, severity, replica, message, fix}, ...]}`` (monitor.json)."""
         return {"epoch": self.epoch, "replicas": [f.to_dict() for f in self.replicas],
-                "diagnosis": [f.to_dict() for f in self.diagnosis]}
+                "diagnosis": [finding_dict(f) for f in self.diagnosis]}
 
     @classmethod
     def from_dict(cls, data: dict) -> "EpochReport":
         return cls(data["epoch"], [ReplicaFigures.from_dict(r) for r in data["replicas"]],
                    [Finding(**f) for f in data["diagnosis"]])
+
+
+def finding_dict(f: Finding) -> dict:
+    """One monitor finding in ``monitor.json``'s shape: ``{id, severity, replica, message, fix}``."""
+    return {"id": f.id, "severity": f.severity, "replica": f.replica, "message": f.message, "fix": f.fix}
 
 
 def write_run_report(reports: list[EpochReport], directory) -> list[Path]:
@@ -92,11 +99,11 @@ def write_run_report(reports: list[EpochReport], directory) -> list[Path]:
     The PNG has one panel per replica: stacked bars of the time split (% of step time) per epoch.
 
     Raises:
-        ValueError: no epoch has been reported yet (``end_epoch`` was never called).
+        ArgumentError: (a ``ValueError``) no epoch has been reported yet (``end_epoch`` was never called).
     """
     if not reports:
-        raise ValueError("write_report(): no epoch to report. Fix: call monitor.end_epoch() at the end of each "
-                         "epoch first.")
+        raise ArgumentError("write_report(): no epoch to report. Fix: call monitor.end_epoch() at the end of each "
+                            "epoch first.")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / "monitor.json"

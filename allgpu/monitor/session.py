@@ -1,13 +1,18 @@
 """Monitoring asked for from outside the user's script: ``allgpu doctor --run script.py``.
 
-The doctor sets a :class:`MonitorSession` in-process before running the script (each replica process runs the
-doctor command, so each gets one); ``fit`` then monitors, trains a bounded number of steps, and leaves the
-epoch reports here for the doctor to print.
+The doctor runs the script inside ``with started(max_steps, report_dir) as session:`` (each replica process runs
+the doctor command, so each gets one); ``fit`` reads :func:`current`, monitors, trains a bounded number of steps,
+and leaves the epoch reports on the session for the doctor to print. The session lives in a
+:class:`contextvars.ContextVar` set for the ``with`` block only: nothing outside it sees one, and it is reset
+when the block ends, even on an exception.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass, field
+from typing import Iterator
 
 
 @dataclass
@@ -20,14 +25,21 @@ class MonitorSession:
     fit_calls: int = 0
 
 
-_current: MonitorSession | None = None
+_current: contextvars.ContextVar[MonitorSession | None] = contextvars.ContextVar("allgpu_monitor_session",
+                                                                                 default=None)
 
 
-def start(max_steps: int, report_dir: str | None = None) -> MonitorSession:
-    global _current
-    _current = MonitorSession(max_steps, report_dir)
-    return _current
+@contextlib.contextmanager
+def started(max_steps: int, report_dir: str | None = None) -> Iterator[MonitorSession]:
+    """A :class:`MonitorSession` that ``fit`` calls inside the block see through :func:`current`."""
+    session = MonitorSession(max_steps, report_dir)
+    token = _current.set(session)
+    try:
+        yield session
+    finally:
+        _current.reset(token)
 
 
 def current() -> MonitorSession | None:
-    return _current
+    """The session of the enclosing :func:`started` block, None outside one."""
+    return _current.get()

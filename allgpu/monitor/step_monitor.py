@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from allgpu.devices import cuda_device_count
+from allgpu.errors import ArgumentError, MonitorUsageError
 from allgpu.monitor.clock import clock_for
 from allgpu.monitor.diagnosis import Thresholds, diagnose
 from allgpu.monitor.figures import PHASES, ReplicaFigures
@@ -52,10 +53,11 @@ class _Phase:
     def __enter__(self) -> "_Phase":
         step = self.monitor._step
         if step is None:
-            raise RuntimeError(f"monitor.phase({self.name!r}) outside a step. Fix: call monitor.start_step() first.")
+            raise MonitorUsageError(f"monitor.phase({self.name!r}) outside a step. "
+                                    "Fix: call monitor.start_step() first.")
         if self.monitor._open is not None:
-            raise RuntimeError(f"monitor.phase({self.name!r}) inside phase {self.monitor._open!r}; phases do not "
-                               "nest. Fix: close one before opening the next.")
+            raise MonitorUsageError(f"monitor.phase({self.name!r}) inside phase {self.monitor._open!r}; phases do "
+                                    "not nest. Fix: close one before opening the next.")
         self.monitor._open = self.name
         self.start = self.monitor._clock.mark()
         return self
@@ -97,7 +99,7 @@ class StepMonitor:
     def __init__(self, strategy, sample_gpu: bool = True, *, num_workers: int | None = None,
                  thresholds: Thresholds = Thresholds(), warmup_steps: int = 1, enabled: bool = True):
         if not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"StepMonitor(warmup_steps={warmup_steps!r}): expected an integer >= 0.")
+            raise ArgumentError(f"StepMonitor(warmup_steps={warmup_steps!r}): expected an integer >= 0.")
         self.strategy = strategy
         self.enabled = enabled
         self.num_workers = num_workers
@@ -141,12 +143,14 @@ class StepMonitor:
     def end_epoch(self) -> EpochReport | None:
         """Gather every replica's figures (one ``all_gather_object``) and diagnose; the same report on every replica.
 
-        Every replica must call it (it is a collective). Raises RuntimeError inside an unfinished step.
+        Every replica must call it (it is a collective). Raises MonitorUsageError (a RuntimeError) inside an
+        unfinished step.
         """
         if not self.enabled:
             return None
         if self._step is not None:
-            raise RuntimeError("monitor.end_epoch() inside a step. Fix: call monitor.end_step() before end_epoch().")
+            raise MonitorUsageError("monitor.end_epoch() inside a step. "
+                                    "Fix: call monitor.end_step() before end_epoch().")
         self._resolve(block=True)
         util, mem = self._sampler.take() if self._sampler is not None else (None, None)
         device = self._device
@@ -170,12 +174,13 @@ class StepMonitor:
 
     # -- per step ----------------------------------------------------------------------------------------------
     def start_step(self) -> None:
-        """Mark the start of a step. Raises RuntimeError when the previous step was not ended."""
+        """Mark the start of a step. Raises MonitorUsageError (a RuntimeError) when the previous step
+        was not ended."""
         if not self.enabled:
             return
         if self._step is not None:
-            raise RuntimeError("monitor.start_step() twice without end_step(). Fix: call monitor.end_step(samples=...) "
-                               "at the end of every step.")
+            raise MonitorUsageError("monitor.start_step() twice without end_step(). "
+                                    "Fix: call monitor.end_step(samples=...) at the end of every step.")
         self._global_step += 1
         ledger = getattr(self.strategy.replica_group, "ledger", None)
         if ledger is not None:
@@ -187,7 +192,7 @@ class StepMonitor:
         if not self.enabled or self._step is None:
             return
         if self._open is not None:
-            raise RuntimeError(f"monitor.abandon_step() inside phase {self._open!r}. Fix: end the phase first.")
+            raise MonitorUsageError(f"monitor.abandon_step() inside phase {self._open!r}. Fix: end the phase first.")
         self._step = None
         self._global_step -= 1
 
@@ -195,32 +200,33 @@ class StepMonitor:
         """Context manager timing ``name`` in ``"input"``, ``"compute"`` (forward + backward), ``"optimizer"``.
 
         Raises:
-            ValueError: another name. RuntimeError (on entry): outside a step, or inside another phase.
+            ArgumentError: (a ``ValueError``) another name.
+            MonitorUsageError: (a ``RuntimeError``, on entry) outside a step, or inside another phase.
         """
         if not self.enabled:
             return self._off
         try:
             return self._phases[name]
         except KeyError:
-            raise ValueError(f"monitor.phase({name!r}): expected one of {TIMED_PHASES}; communication is measured "
-                             "by the gradient sync and passed with monitor.add('comm', seconds).") from None
+            raise ArgumentError(f"monitor.phase({name!r}): expected one of {TIMED_PHASES}; communication is measured "
+                                "by the gradient sync and passed with monitor.add('comm', seconds).") from None
 
     def add(self, phase: str, seconds: float) -> None:
         """Count ``seconds`` measured elsewhere as ``phase`` this step.
 
         ``"comm"`` (all-reduce wait beyond overlap, ``strategy.gradient_sync.wait_s``) is taken out of compute,
         which contains it; ``"input"``, ``"compute"`` and ``"optimizer"`` measured outside a phase are taken out
-        of "other". Raises ValueError for another phase name or a negative or non-finite number.
+        of "other". Raises ArgumentError (a ValueError) for another phase name or a negative or non-finite number.
         """
         if not self.enabled:
             return
         if phase not in TAKEN_FROM:
-            raise ValueError(f"monitor.add({phase!r}, ...): expected one of {tuple(TAKEN_FROM)}.")
+            raise ArgumentError(f"monitor.add({phase!r}, ...): expected one of {tuple(TAKEN_FROM)}.")
         if not (seconds >= 0 and seconds != float("inf")):
-            raise ValueError(f"monitor.add({phase!r}, {seconds!r}): expected a finite number of seconds >= 0.")
+            raise ArgumentError(f"monitor.add({phase!r}, {seconds!r}): expected a finite number of seconds >= 0.")
         if self._step is None:
-            raise RuntimeError(f"monitor.add({phase!r}, ...) outside a step. Fix: call it between start_step() and "
-                               "end_step().")
+            raise MonitorUsageError(f"monitor.add({phase!r}, ...) outside a step. "
+                                    "Fix: call it between start_step() and end_step().")
         self._step.added[phase] = self._step.added.get(phase, 0.0) + float(seconds)
 
     def add_sync_wait(self, sync) -> None:
@@ -243,9 +249,9 @@ class StepMonitor:
             return
         step = self._step
         if step is None:
-            raise RuntimeError("monitor.end_step() without start_step(). Fix: call monitor.start_step() first.")
+            raise MonitorUsageError("monitor.end_step() without start_step(). Fix: call monitor.start_step() first.")
         if self._open is not None:
-            raise RuntimeError(f"monitor.end_step() inside phase {self._open!r}. Fix: end the phase first.")
+            raise MonitorUsageError(f"monitor.end_step() inside phase {self._open!r}. Fix: end the phase first.")
         step.end = self._clock.mark()
         step.samples = int(samples)
         self._step = None

@@ -1,19 +1,6 @@
-"""Device names, discovery and ``CUDA_VISIBLE_DEVICES``.
-
-Devices can be named the TensorFlow way or the PyTorch way; all parse to one :class:`Device`:
-
-=========================================  ====================
-name                                       Device
-=========================================  ====================
-``"/gpu:1"``, ``"/GPU:1"``, ``"GPU:1"``    ``Device("cuda", 1)``
-``"cuda:1"``, ``"cuda"``                   ``Device("cuda", 1)``, ``Device("cuda", 0)``
-``"/cpu:0"``, ``"CPU:0"``, ``"cpu"``       ``Device("cpu", 0)``
-``"/job:worker/replica:0/task:1/device:GPU:0"``  ``Device("cuda", 0)`` (job/task kept in ``.task``)
-=========================================  ====================
-
-Indices are *visible* indices, as in both frameworks: with ``CUDA_VISIBLE_DEVICES=2,3`` the name ``"/gpu:0"``
-means physical GPU 2. :func:`explain_cuda_visible_devices` says what the variable does.
-"""
+"""Device names and discovery: TensorFlow and PyTorch names parsed to one :class:`Device` (the accepted forms
+are tabled in :mod:`allgpu.devices`), the GPUs this process sees, and the devices a job's replicas use.
+``CUDA_VISIBLE_DEVICES`` itself is parsed in :mod:`allgpu.devices.visible`."""
 
 from __future__ import annotations
 
@@ -22,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from allgpu.devices.visible import explain, parse_visible_devices
 from allgpu.errors import DeviceError
 
 ACCEPTED_FORMS = (
@@ -123,17 +111,13 @@ def parse_devices(names: Iterable) -> list[Device]:
 
 def parse_cuda_visible_devices(value: str | None):
     """Parse ``CUDA_VISIBLE_DEVICES`` the way the CUDA runtime does (indices, ``GPU-``/``MIG-`` UUIDs, empty,
-    ``-1``, repeats, junk); see :mod:`allgpu.doctor.visible`, the one implementation, checked against PyTorch's
+    ``-1``, repeats, junk); see :mod:`allgpu.devices.visible`, the one implementation, checked against PyTorch's
     own parser. Returns its ``VisibleDevices``; ``.effective`` lists the entries that select a GPU."""
-    from allgpu.doctor.visible import parse_visible_devices
-
     return parse_visible_devices(value)
 
 
 def explain_cuda_visible_devices(value: str | None) -> str:
     """One sentence on which GPUs ``CUDA_VISIBLE_DEVICES=value`` leaves visible."""
-    from allgpu.doctor.visible import explain
-
     return explain(parse_cuda_visible_devices(value))
 
 

@@ -1,10 +1,10 @@
 """``allgpu doctor --run script.py [args]``: run a training script under the step monitor for a bounded number
 of steps and print why its devices idle.
 
-The script runs in this process as ``__main__`` (as ``python script.py`` would), with a
-:class:`allgpu.monitor.session.MonitorSession` set, so ``allgpu.fit`` monitors one epoch of at most ``steps``
-steps. A ``MirroredStrategy`` in the script re-executes this very command for its other replicas, so each
-replica is monitored too; replica 0 prints the table and the diagnosis.
+The script runs in this process as ``__main__`` (as ``python script.py`` would), inside
+``with allgpu.monitor.session.started(...)``, so ``allgpu.fit`` monitors one epoch of at most ``steps`` steps. A ``MirroredStrategy`` in the script re-executes this very command for its other replicas, so each
+replica is monitored too; replica 0 prints the table and the diagnosis. It lives in the CLI layer (formerly
+``allgpu/doctor/run_script.py``) because it joins two tools: the doctor command and the step monitor.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ def run_monitored(script: str, args: list[str], *, steps: int = 50, report_dir: 
         print(f"allgpu doctor --run: {script!r} is not a file. Fix: allgpu doctor --run path/to/train.py [args]",
               file=sys.stderr)
         return 2
-    session = monitor_session.start(steps, report_dir)
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            return exc.code if isinstance(exc.code, int) else 1
+    with monitor_session.started(steps, report_dir) as session:
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                return exc.code if isinstance(exc.code, int) else 1
     import torch.distributed as dist
 
     if dist.is_initialized() and dist.get_rank() != 0:
