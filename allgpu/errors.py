@@ -86,3 +86,12 @@ class ArgumentError(AllGpuError, ValueError):
 class MonitorUsageError(AllGpuError, RuntimeError):
     """The step monitor called out of order (a phase outside a step, ``end_step`` without ``start_step``, a
     hang dump installed off the main thread)."""
+
+
+class InputError(AllGpuError, ValueError):
+    """A dataset or batch size that cannot be distributed (batch 0 or not divisible, an empty dataset, batches that
+    are not ``(inputs, targets)``); the message names the numbers and the fix."""
+
+
+class DatasetTypeError(AllGpuError, TypeError):
+    """A dataset of a kind that cannot be sharded by index (an ``IterableDataset``); the message names the fix."""
