@@ -66,15 +66,19 @@ def compile_model(model: torch.nn.Module, sync: GradientSync, *, backend: str | 
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"compile() takes a torch.nn.Module; got {type(model).__name__}.")
-    if "mode" in compile_kwargs and compile_kwargs["mode"] is not None and backend != "inductor":
-        raise ValueError(f"mode={compile_kwargs['mode']!r} is an inductor option; backend={backend!r}.")
-    if compile_kwargs.get("mode") is not None or compile_kwargs.get("options"):
+    tuned = compile_kwargs.get("mode") is not None or bool(compile_kwargs.get("options"))
+    if tuned and backend != "inductor":
+        raise ValueError(f"mode= and options= are inductor's; backend={backend!r}. Fix: drop them or use inductor.")
+    if tuned:
         # torch.compile passes mode/options to inductor only when it is named by string; keep them with it.
-        inner = torch._inductor.compile_fx.compile_fx if backend == "inductor" else resolve_backend(backend)
+        from torch._inductor import list_mode_options
+        from torch._inductor.compile_fx import compile_fx
+
+        inner = compile_fx
         options = dict(compile_kwargs.pop("options", None) or {})
         mode = compile_kwargs.pop("mode", None)
         if mode is not None:
-            options.update(torch._inductor.list_mode_options(mode, compile_kwargs.get("dynamic")))
+            options.update(list_mode_options(mode, compile_kwargs.get("dynamic")))
         backend = _with_options(inner, options)
     compiled = torch.compile(model, backend=bucketed_backend(backend, sync), **compile_kwargs)
     compiled._allgpu_split = True  # already split: CompileOverlap leaves it alone

@@ -62,3 +62,12 @@ def test_the_optimizer_check_is_cached_per_param_group_shape(strategy):
     optimizer.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})  # unmirrored, added later
     with pytest.raises(NotMirroredError, match=r"param_groups\[1\]\['params'\]\[0\]"):
         optimizer.step()
+
+
+def test_strategy_compile_rejects_inductor_options_for_another_backend_and_unknown_backends(strategy):
+    with pytest.raises(ValueError, match="inductor's"):
+        strategy.compile(_model(), backend="aot_eager", mode="max-autotune")
+    with pytest.raises(ValueError, match="unknown"):
+        strategy.compile(_model(), backend="no_such_backend")
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        strategy.compile(lambda x: x)
