@@ -19,6 +19,7 @@ names an active "DDP module" with allgpu's bucket size, and Dynamo's frame conve
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -115,8 +116,9 @@ class CompileOverlap:
         # for the wrapper too; allgpu's are meant to (they return at once for anything but the wrapper).
         warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks",
                                 category=UserWarning)
-        self._handles = [nn_module.register_module_forward_pre_hook(self._enter),
-                         nn_module.register_module_forward_hook(self._leave, always_call=True)]
+        # One global pre-hook; the wrapper it acts on gets its own post-hook, so other modules pay one call only.
+        self._handles = [nn_module.register_module_forward_pre_hook(self._enter)]
+        self._wrappers: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
 
     def close(self) -> None:
         for handle in self._handles:
@@ -124,9 +126,9 @@ class CompileOverlap:
         self._handles = []
 
     def _applies(self, module: torch.nn.Module) -> bool:
-        if torch.compiler.is_compiling() or getattr(module, "_allgpu_split", False) or not self.sync.needed:
-            return False
-        if not isinstance(module, torch._dynamo.eval_frame.OptimizedModule):
+        if torch.compiler.is_compiling() or not isinstance(module, torch._dynamo.eval_frame.OptimizedModule):
+            return False  # is_compiling first: Dynamo folds it to a constant and traces nothing further
+        if getattr(module, "_allgpu_split", False) or not self.sync.needed:
             return False
         first = next((p for p in module.parameters() if p.requires_grad), None)
         return first is not None and self.sync.synchronises(first)
@@ -135,6 +137,9 @@ class CompileOverlap:
         if self._applies(module):
             from torch.nn.parallel import DistributedDataParallel as DDP
 
+            if module not in self._wrappers:
+                self._wrappers.add(module)
+                self._handles.append(module.register_forward_hook(self._leave, always_call=True))
             self._previous.append((module, DDP._active_ddp_module))
             # Dynamo's DDPOptimizer takes DDP's 1 MiB first bucket here and needs the cap to be at least that.
             DDP._active_ddp_module = _BucketCap(max(self.sync.bucket_cap_bytes, FIRST_BUCKET_BYTES))
