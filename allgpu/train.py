@@ -227,10 +227,24 @@ def evaluate(model: torch.nn.Module, loss_fn: Callable, data, *, global_batch_si
     sums = MetricSums(resolve(metrics), strategy.device)
     was_training = model.training
     model.eval()
+    x = None
     with torch.no_grad(), _autocast(strategy.device, mixed_precision):
         for batch in feed:
             x, y = _split(batch)
             outputs = model(x)
             sums.update(loss_fn(outputs, y), outputs, y)
+        # A sharded model's forward all-gathers: replicas with a batch fewer run a discarded one to stay in step.
+        for _ in range(_lockstep_padding(strategy, len(data), per_replica)):
+            model(x if x is not None else _split(next(iter(evaluation_shard(
+                data, per_replica_batch_size=1, num_replicas=1, rank=0, device=strategy.device))))[0])
     model.train(was_training)
     return sums.result(strategy, prefix)
+
+
+def _lockstep_padding(strategy: Strategy, examples: int, per_replica: int) -> int:
+    """Forward passes this replica must add so that it runs as many as replica 0 (which has the most)."""
+    if not getattr(strategy, "forward_is_collective", False):
+        return 0
+    n, rank = strategy.num_replicas_in_sync, strategy.replica_id_in_sync
+    most = -(-len(range(0, examples, n)) // per_replica)
+    return most - -(-len(range(rank, examples, n)) // per_replica)
