@@ -132,3 +132,64 @@ def test_full_state_dict_exports_a_plain_state_dict_on_replica_zero(tmp_path):
     plain = TiedNet()
     plain.load_state_dict(torch.load(tmp_path / "export.pt", weights_only=True))
     assert sorted(plain.state_dict()) == keys[0]
+
+
+KILLED_RUN = """
+import os, signal, sys
+import torch
+import allgpu
+from allgpu.progress import Callback
+sys.path.insert(0, {repo!r})
+from tests.fsdp_models import TiedNet, make_data
+
+out, kill = sys.argv[1], sys.argv[2] == "kill"
+
+
+class KillOnce(Callback):
+    def __init__(self):
+        self.count = 0
+
+    def on_train_batch_end(self, step, logs):
+        self.count += 1
+        marker = os.path.join(out, "killed")
+        if kill and self.count == 7 and os.environ["RANK"] == "1" and not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)  # mid-epoch: resumes from step 6
+
+
+strategy = allgpu.FullyShardedStrategy()
+torch.manual_seed(0)
+with strategy.scope():
+    model = TiedNet()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+counter = KillOnce()
+allgpu.fit(model, optimizer, torch.nn.CrossEntropyLoss(), make_data(), epochs=1, global_batch_size=32,
+           strategy=strategy, checkpoint_dir=os.path.join(out, "ckpt"), checkpoint_every=3, callbacks=[counter],
+           verbose=False, num_workers=0)
+full = strategy.full_state_dict(model)
+if strategy.is_chief:
+    torch.save({"state": full, "batches": counter.count}, os.path.join(out, "final.pt"))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_run_killed_mid_epoch_resumes_exactly_under_allgpu_run(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "train.py"
+    script.write_text(KILLED_RUN.format(repo=str(Path(__file__).resolve().parents[1])))
+    finals = {}
+    for mode in ("kill", "clean"):
+        out = tmp_path / mode
+        out.mkdir()
+        result = subprocess.run([sys.executable, "-m", "allgpu.cli.main", "run", "--cpu-replicas", "2",
+                                 "--max-restarts", "1", str(script), str(out), mode],
+                                capture_output=True, text=True, timeout=240)
+        assert result.returncode == 0, result.stderr[-3000:]
+        finals[mode] = torch.load(out / "final.pt", weights_only=True)
+    assert (tmp_path / "kill" / "killed").exists()
+    assert finals["clean"]["batches"] == 10 and finals["kill"]["batches"] == 4  # the restart resumed at step 6
+    for key, value in finals["clean"]["state"].items():
+        torch.testing.assert_close(finals["kill"]["state"][key], value, rtol=1e-5, atol=1e-6)
