@@ -168,7 +168,7 @@ allgpu.fit(model, optimizer, torch.nn.CrossEntropyLoss(), make_data(), epochs=1,
            verbose=False, num_workers=0)
 full = strategy.full_state_dict(model)
 if strategy.is_chief:
-    torch.save({"state": full, "batches": counter.count}, os.path.join(out, "final.pt"))
+    torch.save({{"state": full, "batches": counter.count}}, os.path.join(out, "final.pt"))
 """
 
 
