@@ -166,3 +166,28 @@ def test_model_built_outside_scope_is_an_error():
 def test_bad_arguments_raise_before_start(kwargs, error, text):
     with pytest.raises(error, match=text.replace("(", r"\(").replace("[", r"\[")):
         allgpu.FullyShardedStrategy(**kwargs)
+
+
+def _replica_one_skips_a_forward():
+    import time
+
+    strategy = allgpu.FullyShardedStrategy(timeout=4)
+    with strategy.scope():
+        model = TiedNet()
+    x = make_data(8)[:][0]
+    model(x).sum().backward()
+    if strategy.replica_id_in_sync == 0:
+        model(x)  # EXTRA_FORWARD: replica 1 never makes it, so its all-gather waits
+    else:
+        time.sleep(10)
+
+
+@pytest.mark.timeout(120)
+def test_a_replica_missing_an_all_gather_is_named_by_the_ledger():
+    from allgpu.errors import ReplicaFailedError
+
+    with pytest.raises(ReplicaFailedError) as info:
+        allgpu.launch(_replica_one_skips_a_forward, num_replicas=2, timeout=4)
+    text = str(info.value)
+    assert "CollectiveTimeoutError" in text and "all_gather" in text
+    assert "replica 1 is behind, at collective" in text and "reduce_scatter" in text

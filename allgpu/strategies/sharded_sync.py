@@ -15,6 +15,7 @@ afterwards.
 
 from __future__ import annotations
 
+import time
 import weakref
 
 import torch
@@ -46,7 +47,8 @@ class _CountedReduceScatter(_Alloc, ReduceScatter):
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
         self._sync._entered("reduce_scatter", input_tensor)
-        return _REDUCE_SCATTER(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+        return self._sync._explained(lambda: _REDUCE_SCATTER(output_tensor, input_tensor, op=op, group=group,
+                                                             async_op=async_op))
 
 
 class _CountedAllGather(_Alloc, AllGather):
@@ -55,7 +57,7 @@ class _CountedAllGather(_Alloc, AllGather):
 
     def __call__(self, output_tensor, input_tensor, group, async_op=False):
         self._sync._entered("all_gather", input_tensor)
-        return _ALL_GATHER(output_tensor, input_tensor, group=group, async_op=async_op)
+        return self._sync._explained(lambda: _ALL_GATHER(output_tensor, input_tensor, group=group, async_op=async_op))
 
 
 class ShardedGradientSync:
@@ -134,6 +136,14 @@ class ShardedGradientSync:
                 torch.autograd.Variable._execution_engine.queue_callback(self._end_round)
         if self._ledger is not None and self.group.world_size > 1:
             self._ledger.enter(op, [list(tensor.shape)], None)
+
+    def _explained(self, call):
+        # Gloo runs these synchronously: a replica that never arrives surfaces here, and the ledger names it.
+        start = time.monotonic()
+        try:
+            return call()
+        except Exception as exc:  # backend errors are RuntimeError subclasses with transport-level text
+            raise self.group.explain_failure(exc, time.monotonic() - start) from exc
 
     def _end_round(self) -> None:
         self._in_round = False
