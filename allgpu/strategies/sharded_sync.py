@@ -68,7 +68,9 @@ class ShardedGradientSync:
             under ``accumulate(k)`` count once).
         collectives: reduce-scatter calls issued (one per FSDP unit per round).
         all_gathers: parameter all-gathers issued (forward, and backward when ``reshard_after_forward``).
-        wait_s: always 0.0: FSDP2 overlaps and waits inside its own hooks, which allgpu does not time.
+        wait_s: seconds the last round spent inside all-gather and reduce-scatter calls (its forward's too). Gloo
+            runs them synchronously, so on CPU this is the communication time; NCCL calls return at launch, and
+            FSDP2 waits for them inside its own hooks, so on CUDA it under-counts.
     """
 
     def __init__(self, group: ReplicaGroup):
@@ -81,6 +83,7 @@ class ShardedGradientSync:
         self._divisor = float(group.world_size)
         self._modules: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
         self._in_round = False
+        self._comm_s = 0.0
         self._ledger = getattr(group, "ledger", None)
 
     @property
@@ -144,7 +147,10 @@ class ShardedGradientSync:
             return call()
         except Exception as exc:  # backend errors are RuntimeError subclasses with transport-level text
             raise self.group.explain_failure(exc, time.monotonic() - start) from exc
+        finally:
+            self._comm_s += time.monotonic() - start
 
     def _end_round(self) -> None:
         self._in_round = False
         self.rounds += 1
+        self.wait_s, self._comm_s = self._comm_s, 0.0
