@@ -22,6 +22,7 @@ from allgpu.monitor import StepMonitor, session as monitor_session
 from allgpu.progress import Callback, EpochProgress
 from allgpu.resume import CheckpointPlan, ResumePoint
 from allgpu.strategies.base import Strategy
+from allgpu.strategies.memory_advice import warn_if_too_large
 from allgpu.strategies.one_device import OneDeviceStrategy
 
 PRECISIONS = (None, "bf16", "fp16")
@@ -108,6 +109,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         ValueError: a bad argument (the message names it). NotMirroredError: see above.
     """
     strategy = strategy or _default_strategy(model)
+    warn_if_too_large(strategy, model, optimizer)  # on CUDA: would not fit mirrored, would sharded
     session = monitor_session.current()
     if session is not None:  # allgpu doctor --run: monitor a bounded run
         session.fit_calls += 1

@@ -191,3 +191,18 @@ def test_a_replica_missing_an_all_gather_is_named_by_the_ledger():
     text = str(info.value)
     assert "CollectiveTimeoutError" in text and "all_gather" in text
     assert "replica 1 is behind, at collective" in text and "reduce_scatter" in text
+
+
+def test_memory_advice_suggests_sharding_only_when_it_helps():
+    from allgpu.strategies.memory_advice import advice, state_bytes
+
+    model = torch.nn.Linear(1000, 1000)  # 1,001,000 float32 parameters
+    adam = torch.optim.Adam(model.parameters())
+    assert state_bytes(model, adam) == 1_001_000 * 4 * 4  # parameter, gradient, two moments
+    assert state_bytes(model, torch.optim.SGD(model.parameters(), lr=0.1)) == 1_001_000 * 4 * 2
+    assert state_bytes(model, adam, replicas=4, sharded=True) == 1_001_000 * 4
+    assert advice(model, adam, device_bytes=100 * 2**20, replicas=4) is None  # fits mirrored
+    text = advice(model, adam, device_bytes=10 * 2**20, replicas=4)
+    assert "FullyShardedStrategy()" in text and "15.3" not in text and "4 devices" in text
+    text = advice(model, adam, device_bytes=10 * 2**20, replicas=1)
+    assert "offload_to_cpu=True" in text and "at least 2 devices" in text
