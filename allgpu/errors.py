@@ -46,3 +46,7 @@ class CheckpointError(AllGpuError, RuntimeError):
 
 class UnsupportedError(AllGpuError, RuntimeError):
     """An operation the chosen strategy does not offer (e.g. a cross-worker reduce under asynchronous training)."""
+
+
+class ShardingError(AllGpuError, ValueError):
+    """A model or optimizer that ``FullyShardedStrategy`` cannot shard as asked (e.g. a unit splitting a tied weight)."""

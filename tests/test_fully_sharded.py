@@ -27,8 +27,8 @@ def _held_bytes(model, optimizer) -> int:
     return total
 
 
-def _train(kind, optimizer_name, steps=20, global_batch_size=32):
-    strategy = allgpu.FullyShardedStrategy() if kind == "sharded" else allgpu.MirroredStrategy()
+def _train(kind, optimizer_name, steps=20, global_batch_size=32, options=None):
+    strategy = allgpu.FullyShardedStrategy(**(options or {})) if kind == "sharded" else allgpu.MirroredStrategy()
     torch.manual_seed(strategy.replica_id_in_sync)  # different on purpose: scope() must broadcast
     with strategy.scope():
         model = TiedNet()
@@ -83,6 +83,27 @@ def test_sharded_replicas_match_one_replica_and_hold_a_share(one_replica, replic
     assert info["rounds"] == 20 and info["collectives"] == 20 * 4  # 3 Block units + the root, once a step
     for _, held, _ in results:
         assert held <= (1 / replicas + 0.10) * one_bytes, (held, one_bytes)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("options", [dict(reshard_after_forward=False), dict(offload_to_cpu=True),
+                                     dict(shard_modules=lambda m: type(m).__name__ in ("Block", "LayerNorm"))])
+def test_sharding_options_train_like_one_replica(one_replica, options):
+    full = allgpu.launch(_train, num_replicas=2, args=("sharded", "sgd", 20, 32, options))[0][0]
+    for key, value in one_replica["sgd"][0].items():
+        torch.testing.assert_close(full[key], value, rtol=1e-4, atol=1e-6)
+
+
+def test_sharding_plan_default_explicit_and_tied_weights():
+    from allgpu.strategies.sharding_plan import describe, plan_units
+
+    model = TiedNet()
+    assert describe(plan_units(model)) == "3 x Block"  # Embedding and the tied output Linear stay in the root
+    nested = plan_units(model, lambda m: type(m).__name__ in ("Block", "LayerNorm"))
+    assert nested.index(model.blocks[0].norm) < nested.index(model.blocks[0])  # children first
+    assert describe(plan_units(model, torch.nn.LayerNorm)) == "3 x LayerNorm"
+    with pytest.raises(ValueError, match="tied weight"):
+        plan_units(model, [torch.nn.Linear])  # out shares embed.weight
 
 
 def _accumulate(k, global_batch_size, steps):

@@ -81,8 +81,8 @@ def load(path: Path, manifest: dict, *, model: nn.Module, optimizer: torch.optim
     wrong = [k for k, v in model_state.items() if k in shapes and list(v.shape) != shapes[k][0]]
     if wrong:
         raise CheckpointError(f"checkpoint {path} does not fit the model: {wrong[0]} has shape {shapes[wrong[0]][0]} "
-                              f"there, {list(model_state[wrong[0]].shape)} here. Fix: build the model with the sizes it "
-                              "had when saved.")
+                              f"there, {list(model_state[wrong[0]].shape)} here. Fix: build the model with the sizes "
+                              "it had when saved.")
     target: dict[str, Any] = {"model": {k: v for k, v in model_state.items() if k in shapes}}
     meta = manifest["optimizer"]
     if optimizer is not None:

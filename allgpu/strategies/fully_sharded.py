@@ -30,6 +30,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+from allgpu.errors import ShardingError
 from allgpu.mirror import ScopeRecorder, mirror_tensors
 from allgpu.strategies.mirrored import MirroredStrategy
 from allgpu.strategies.sharded_sync import ShardedGradientSync
@@ -89,6 +90,8 @@ class FullyShardedStrategy(MirroredStrategy):
     Raises:
         TypeError / ValueError: a bad argument, raised before anything starts.
         DeviceError / StrategyStartError / ClusterConfigError: as for :class:`MirroredStrategy`.
+        ShardingError (at ``scope()`` exit): ``shard_modules`` splits a tied weight across units, or an optimizer
+            stepped before its parameters were sharded.
     """
 
     #: every forward pass all-gathers parameters, so every replica must run the same number (``evaluate`` pads).
@@ -153,8 +156,9 @@ class FullyShardedStrategy(MirroredStrategy):
             return
         mirror_tensors([p for r in roots for p in r.parameters()] + buffers, self._group)
         replaced: dict[int, nn.Parameter] = {}
+        originals: list[nn.Parameter] = []  # kept alive until optimizers are re-pointed, so their ids stay unique
         for root in roots:
-            name = type(root).__name__
+            root_name = type(root).__name__
             before = list(root.named_parameters(remove_duplicate=False))
             units = plan_units(root, self.shard_modules)
             for unit in units:
@@ -162,9 +166,10 @@ class FullyShardedStrategy(MirroredStrategy):
             fully_shard(root, **self._fsdp_kwargs())
             after = dict(root.named_parameters(remove_duplicate=False))
             replaced.update({id(old): after[name] for name, old in before})
+            originals.extend(old for _, old in before)
             self._sync.attach(root)
             self._sharded.add(root)
-            self.plans[name] = describe(units)
+            self.plans[root_name] = describe(units)
         _repoint_optimizers(replaced)
         if self._check is not None:
             self._check.add(replaced.values())
@@ -218,8 +223,9 @@ def _repoint_optimizers(replaced: dict[int, nn.Parameter]) -> None:
                 if new is None:
                     continue
                 if obj.state.get(p):
-                    raise RuntimeError(f"{type(obj).__name__} already stepped on a parameter before it was sharded; "
-                                       "build the optimizer inside strategy.scope() and step it afterwards.")
+                    raise ShardingError(f"{type(obj).__name__} already stepped on a parameter before it was sharded, "
+                                        "so its state is not sharded. Fix: build the optimizer inside "
+                                        "strategy.scope() and step it only after the scope exits.")
                 obj.state.pop(p, None)
                 params[i] = new
 

@@ -17,6 +17,8 @@ from typing import Callable, Iterable
 
 from torch import nn
 
+from allgpu.errors import ShardingError
+
 # Containers without a forward of their own: FSDP's forward hooks would never fire on them.
 _NO_FORWARD = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
 
@@ -80,7 +82,7 @@ def plan_units(root: nn.Module, shard_modules=None) -> list[nn.Module]:
             ``fn(module) -> bool`` (every matching submodule becomes a unit; nested matches are allowed).
 
     Raises:
-        ValueError: an explicitly chosen submodule shares a parameter with a module outside it.
+        ShardingError: an explicitly chosen submodule shares a parameter with a module outside it.
     """
     if shard_modules is None:
         return _default_units(root)
@@ -89,7 +91,7 @@ def plan_units(root: nn.Module, shard_modules=None) -> list[nn.Module]:
              and any(True for _ in m.parameters())]
     for unit in units:
         if _shares_outside(unit, root):
-            raise ValueError(
+            raise ShardingError(
                 f"shard_modules selects a {type(unit).__name__} that shares a parameter (a tied weight) with a "
                 "module outside it; FSDP needs a shared parameter in one unit. Fix: leave that module out of "
                 "shard_modules (its parameters then go to the enclosing unit)."
