@@ -227,3 +227,16 @@ def test_memory_advice_suggests_sharding_only_when_it_helps():
     assert "FullyShardedStrategy()" in text and "15.3" not in text and "4 devices" in text
     text = advice(model, adam, device_bytes=10 * 2**20, replicas=1)
     assert "offload_to_cpu=True" in text and "at least 2 devices" in text
+
+
+@pytest.mark.timeout(300)
+def test_bench_memory_counts_a_share_per_replica():
+    from allgpu.bench_memory import format_rows, measure
+
+    rows = measure((2,), steps=2, warmup=1, rounds=1)
+    one, mirrored, sharded = rows
+    assert (one.strategy, mirrored.strategy, sharded.strategy) == ("one_device", "mirrored", "fully_sharded")
+    assert mirrored.held == one.held
+    assert 0 < one.optimizer - 2 * one.params <= 4 * 50  # Adam: two moments, plus a float32 step per tensor
+    assert sharded.held <= 0.5 * one.held + 4 * 50 and sharded.grads == sharded.params  # steps are not sharded
+    assert "FS/Mirrored" in format_rows(rows)
