@@ -125,7 +125,9 @@ def communication_bound(figures: list[ReplicaFigures], t: Thresholds = Threshold
         f"All-reduce less often or send less: gradient accumulation (strategy.accumulate(k) or "
         f"fit(accumulation_steps=k)), a bigger per-replica batch (now {batch} examples) so each all-reduce pays "
         "for more compute, and bf16 gradient compression (MirroredStrategy(gradient_compression='bf16')) to "
-        "halve the bytes sent; across machines, check the interconnect (NCCL_DEBUG=INFO names the transport).",
+        "halve the bytes sent (under FullyShardedStrategy: mixed_precision='bf16', and reshard_after_forward=False "
+        "to skip the backward all-gather); across machines, check the interconnect (NCCL_DEBUG=INFO names the "
+        "transport).",
     )]
 
 
