@@ -45,16 +45,16 @@ def _nbytes(tensors) -> int:
     return sum(_local(t).numel() * t.element_size() for t in tensors)
 
 
-def _strategy(kind: str):
+def _strategy(kind: str, device: str):
     import allgpu
 
-    return {"one_device": lambda: allgpu.OneDeviceStrategy(), "mirrored": allgpu.MirroredStrategy,
-            "fully_sharded": allgpu.FullyShardedStrategy}[kind]()
+    return {"one_device": lambda: allgpu.OneDeviceStrategy("cuda:0" if device == "cuda" else "/cpu:0"),
+            "mirrored": allgpu.MirroredStrategy, "fully_sharded": allgpu.FullyShardedStrategy}[kind]()
 
 
-def _replica(kind: str, steps: int, warmup: int) -> dict:
+def _replica(kind: str, steps: int, warmup: int, device_kind: str = "cpu") -> dict:
     """One replica's figures: bytes held (params, grads, optimizer state), samples/s of the job, CUDA peak."""
-    strategy = _strategy(kind)
+    strategy = _strategy(kind, device_kind)
     torch.manual_seed(0)
     with strategy.scope():
         model = blocks_model()
@@ -103,7 +103,7 @@ def _launch(kind: str, replicas: int, device: str, steps: int, warmup: int) -> M
     import allgpu
 
     devices = [f"/{'gpu' if device == 'cuda' else 'cpu'}:{i}" for i in range(replicas)]
-    results = allgpu.launch(_replica, devices=devices, args=(kind, steps, warmup),
+    results = allgpu.launch(_replica, devices=devices, args=(kind, steps, warmup, device),
                             start_method="spawn" if device == "cuda" else None)
     worst = max(results, key=lambda r: r["params"] + r["grads"] + r["optimizer"])  # the replica holding most
     return MemoryRow(kind, replicas, worst["params"], worst["grads"], worst["optimizer"], worst["samples_per_s"],
