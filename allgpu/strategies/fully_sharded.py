@@ -108,8 +108,8 @@ class FullyShardedStrategy(MirroredStrategy):
         self.offload_to_cpu = offload_to_cpu
         self._own_group = False
         if not dist.is_initialized():  # one replica: a private world-of-one group, so sharding works the same
-            dist.init_process_group("gloo" if self.device.type == "cpu" else "nccl", store=dist.HashStore(), rank=0,
-                                    world_size=1,
+            backend = "gloo" if self.device.type == "cpu" else "nccl"
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
                                     timeout=datetime.timedelta(seconds=timeout))
             self._own_group = True
         self._mesh = init_device_mesh(self.device.type, (self.num_replicas_in_sync,))
@@ -127,9 +127,9 @@ class FullyShardedStrategy(MirroredStrategy):
     def scope(self) -> Iterator["FullyShardedStrategy"]:
         """Modules and optimizers created inside are sharded when the scope exits.
 
-        Every replica must run the same scope (it broadcasts and shards collectively). Modules are born on the
-        replica's device in full, then sharded, so one replica must hold the whole model's parameters once at
-        build time (not its gradients or optimizer state).
+        Every replica must run the same scope (it broadcasts and shards collectively); nested scopes shard when
+        the outermost exits. Modules are born on the replica's device in full, then sharded, so one replica must
+        hold the whole model's parameters once at build time (not its gradients or optimizer state).
         """
         recorder = _ModuleRecorder()
         self._scope_depth += 1
@@ -138,7 +138,8 @@ class FullyShardedStrategy(MirroredStrategy):
                 yield self
         finally:
             self._scope_depth -= 1
-        self._shard(recorder.roots(), recorder.buffers)
+        if self._scope_depth == 0:  # an enclosing scope's recorder saw everything; it shards the whole model
+            self._shard(recorder.roots(), recorder.buffers)
 
     def mirror(self, module: nn.Module) -> nn.Module:
         """Shard a module built outside ``scope()`` (broadcast from replica 0, then ``fully_shard``). Returns it.
