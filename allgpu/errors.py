@@ -86,3 +86,7 @@ class ArgumentError(AllGpuError, ValueError):
 class MonitorUsageError(AllGpuError, RuntimeError):
     """The step monitor called out of order (a phase outside a step, ``end_step`` without ``start_step``, a
     hang dump installed off the main thread)."""
+
+
+class ShardingError(AllGpuError, ValueError):
+    """A model or optimizer that ``FullyShardedStrategy`` cannot shard as asked (e.g. a unit splitting a tied weight)."""

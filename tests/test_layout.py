@@ -21,7 +21,7 @@ LAYERS = {
     "doctor": 6,  # may use the monitor's report and the linter for `doctor --run`
     "train": 7,
     "keras": 8,
-    "bench": 9, "demo": 9,
+    "bench": 9, "bench_memory": 9, "demo": 9,
     "cli": 10,
 }
 LINES_PER_FILE = 400

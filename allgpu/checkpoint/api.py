@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 import allgpu
-from allgpu.checkpoint import collective, sharded, store
+from allgpu.checkpoint import collective, sharded, sharded_model, store
 from allgpu.checkpoint.format import CorruptCheckpointError, read_file, write_file
 from allgpu.checkpoint.preflight import directory_error
 from allgpu.checkpoint.pending import PendingCheckpoint, track, wait_pending
@@ -32,6 +32,7 @@ from allgpu.checkpoint.state import (
     cpu_copy,
     load_model,
     load_optimizer,
+    param_names,
 )
 from allgpu.errors import CheckpointError
 from allgpu.live import check_supported
@@ -89,6 +90,8 @@ def save(
         rng: also store torch / numpy / ``random`` (and CUDA) RNG states of every replica.
         extra: anything made of tensors, str, int, float, bool, None, lists, tuples and dicts.
         keep: keep the newest ``keep`` checkpoints that verify and delete older ones; None keeps all.
+        sharded: write the folder form; always so for a fully sharded (FSDP) model, whose state is never
+            gathered on one replica.
         blocking: False copies the state to CPU memory (the only pause) and writes on a background
             thread; the call then returns a ``PendingCheckpoint`` (``.wait()`` gives the path), and
             ``wait_pending()`` waits for all. Without a barrier: other replicas do not wait for the file.
@@ -121,7 +124,7 @@ def save(
         "extra": extra,
         "world_size": collective.world_size(),
     }
-    if sharded:
+    if sharded or sharded_model.is_fully_sharded(model):
         return _save_sharded(directory, model, optimizer, meta, keep, blocking, started)
     final = directory / store.file_name(step)
     job = None
@@ -168,8 +171,14 @@ def _run_write(job, directory: Path) -> BaseException | None:
 
 def _save_sharded(directory, model, optimizer, meta, keep, blocking, started) -> Path | PendingCheckpoint:
     final = directory / store.folder_name(meta["step"])
-    optim_tensors, optim_meta = sharded.split_optimizer(model, optimizer)
-    model_state = model.state_dict()
+    if sharded_model.is_fully_sharded(model):
+        if not blocking:
+            raise CheckpointError("save(blocking=False) is not supported for a fully sharded model yet. "
+                                  "Fix: save with blocking=True.")
+        model_state, optim_tensors, optim_meta = sharded_model.split(model, optimizer)
+    else:
+        optim_tensors, optim_meta = sharded.split_optimizer(model, optimizer)
+        model_state = model.state_dict()
     meta = dict(
         meta,
         kind="sharded",
@@ -227,7 +236,8 @@ def restore(
 ) -> CheckpointState:
     """Load a checkpoint into ``model`` (and ``optimizer``) in place; return the rest as a ``CheckpointState``.
 
-    Every replica may call it (each reads the file; no collective is used). Given a directory, the newest
+    Every replica may call it (each reads the file; no collective is used), except for a fully sharded (FSDP)
+    model, where every replica must call it (each reads its own shard). Given a directory, the newest
     checkpoint that verifies is used: a corrupt newer one is skipped with a warning naming it and why.
     Given a checkpoint file or folder, exactly that one is used. The number of replicas may differ from
     the saving job's. Loading uses ``torch.load(weights_only=True)``.
@@ -278,6 +288,9 @@ def _load(path: Path, model, optimizer, map_location, strict) -> CheckpointState
         meta = read_file(path, map_location=map_location)
         if not isinstance(meta, dict) or "model" not in meta or meta.get("format") != FORMAT:
             raise CorruptCheckpointError(f"{path}: verifies but is not an allgpu format-{FORMAT} checkpoint")
+        if sharded_model.is_fully_sharded(model):
+            _load_full_into_sharded(path, model, optimizer, meta, strict)
+            return _state(path, meta)
         load_model(model, meta["model"], strict=strict, source=path)
         if optimizer is not None:
             if meta["optimizer"] is None:
@@ -286,6 +299,22 @@ def _load(path: Path, model, optimizer, map_location, strict) -> CheckpointState
                     "Fix: restore without optimizer=, or save with optimizer= next time."
                 )
             load_optimizer(optimizer, meta["optimizer"], source=path)
+    return _state(path, meta)
+
+
+def _load_full_into_sharded(path: Path, model, optimizer, meta: dict, strict: bool) -> None:
+    if optimizer is not None and meta["optimizer"] is None:
+        raise CheckpointError(f"checkpoint {path} holds no optimizer state, but an optimizer was passed to restore(). "
+                              "Fix: restore without optimizer=, or save with optimizer= next time.")
+    names = param_names(model, optimizer) if optimizer is not None else []
+    try:
+        sharded_model.load_full(model, optimizer, meta["model"], meta["optimizer"], names, strict=strict)
+    except (KeyError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"checkpoint {path} does not fit the model or optimizer: {exc}. Fix: build them "
+                              "exactly as when saved.") from exc
+
+
+def _state(path: Path, meta: dict) -> CheckpointState:
     return CheckpointState(
         path=path,
         epoch=meta["epoch"],

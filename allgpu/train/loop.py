@@ -17,6 +17,7 @@ from allgpu.data import (DistributedDataset, PerReplicaInput, as_map_dataset, ev
 from allgpu.live import check_supported
 from allgpu.monitor import StepMonitor, session as monitor_session
 from allgpu.strategies.base import Strategy
+from allgpu.strategies.memory_advice import warn_if_too_large
 from allgpu.strategies.one_device import OneDeviceStrategy
 from allgpu.train.checkpoint_plan import CheckpointPlan, ResumePoint
 from allgpu.train.epoch import EpochRunner, split_batch
@@ -86,6 +87,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     """
     strategy = strategy or _default_strategy(model)
     check_supported("fit", strategy)
+    warn_if_too_large(strategy, model, optimizer)  # on CUDA: would not fit mirrored, would sharded
     session = monitor_session.current()
     if session is not None:  # allgpu doctor --run: monitor a bounded run
         session.fit_calls += 1
@@ -193,10 +195,24 @@ def evaluate(model: torch.nn.Module, loss_fn: Callable, data, *, global_batch_si
     sums = MetricSums(resolve(metrics), strategy.device)
     was_training = model.training
     model.eval()
+    x = None
     with torch.no_grad(), Precision(strategy.device, mixed_precision).autocast():
         for batch in feed:
             x, y = split_batch(batch)
             outputs = model(x)
             sums.update(loss_fn(outputs, y), outputs, y)
+        # A sharded model's forward all-gathers: replicas with a batch fewer run a discarded one to stay in step.
+        for _ in range(_lockstep_padding(strategy, len(data), per_replica)):
+            model(x if x is not None else split_batch(next(iter(evaluation_shard(
+                data, per_replica_batch_size=1, num_replicas=1, rank=0, device=strategy.device))))[0])
     model.train(was_training)
     return sums.result(strategy, prefix)
+
+
+def _lockstep_padding(strategy: Strategy, examples: int, per_replica: int) -> int:
+    """Forward passes this replica must add so that it runs as many as replica 0 (which has the most)."""
+    if not getattr(strategy, "forward_is_collective", False):
+        return 0
+    n, rank = strategy.num_replicas_in_sync, strategy.replica_id_in_sync
+    most = -(-len(range(0, examples, n)) // per_replica)
+    return most - -(-len(range(rank, examples, n)) // per_replica)
