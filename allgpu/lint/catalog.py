@@ -158,6 +158,10 @@ _R = [
 
 RULES: dict[str, Rule] = {r.id: r for r in _R}
 
+# Rules whose held-out precision on the real-world corpus (benchmarks/lint_corpus) is below 0.9: they run only
+# when ``--select`` names them (by id or by a prefix such as ``TF``). See README, "allgpu lint".
+DEFAULT_OFF: frozenset[str] = frozenset()
+
 
 def explain(rule_id: str) -> str:
     """The full text for ``allgpu lint --explain ID``.

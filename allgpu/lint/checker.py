@@ -15,7 +15,7 @@ from typing import Iterable, Iterator
 
 from allgpu.errors import AllGpuError
 from allgpu.lint import rules_allgpu, rules_env, rules_tf, rules_tf_input, rules_torch
-from allgpu.lint.catalog import RULES
+from allgpu.lint.catalog import DEFAULT_OFF, RULES
 from allgpu.lint.facts import Facts
 from allgpu.lint.findings import Finding
 from allgpu.lint.notebook import NotebookError, read_notebook, source_lines_in_file
@@ -58,6 +58,8 @@ def parse_rule_list(text: str | Iterable[str] | None) -> tuple[str, ...] | None:
 
 
 def _enabled(rule_id: str, select, ignore) -> bool:
+    if select is None and rule_id in DEFAULT_OFF:
+        return False
     if select is not None and not any(rule_id.startswith(s) for s in select):
         return False
     return not (ignore and any(rule_id.startswith(i) for i in ignore))
