@@ -146,10 +146,17 @@ class Module:
                 for t in targets:
                     if isinstance(t, ast.Subscript):
                         self.subscript_assigns.append((t, node.value))
-                    for sub in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                    if isinstance(t, (ast.Tuple, ast.List)):
+                        value = node.value
+                        # ``a, b = x, y``: each name gets its own element; otherwise the whole value
+                        pairs = (zip(t.elts, value.elts) if isinstance(value, (ast.Tuple, ast.List))
+                                 and len(value.elts) == len(t.elts) else ((e, value) for e in t.elts))
+                    else:
+                        pairs = ((t, node.value),)
+                    for sub, val in pairs:
                         key = dotted(sub)
                         if key:
-                            self.assigns.setdefault(key, []).append(node.value)
+                            self.assigns.setdefault(key, []).append(val)
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
                 key = dotted(node.optional_vars)
                 if key:

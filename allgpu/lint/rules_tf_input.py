@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from allgpu.lint import tfdata
-from allgpu.lint.resolve import has_star_kwargs, kwarg
+from allgpu.lint.resolve import has_star_kwargs, iter_body_nodes, kwarg
 
 
 def _const_int(mod, node: ast.expr | None) -> int | None:
@@ -39,15 +39,52 @@ def check_tf007(ctx) -> None:
                                     "scale it by strategy.num_replicas_in_sync")
 
 
-def check_tf008(ctx) -> None:
+_TRAIN_LOOP_FEATURES = frozenset({"tape", "apply", "run", "backward", "optstep", "fit"})
+
+
+def _training_inputs(ctx) -> list[ast.expr]:
+    """The datasets training consumes: ``fit``'s first argument and what a training loop iterates."""
     mod, facts = ctx.mod, ctx.facts
-    if "prefetch" in mod.attrs or not (facts.file_features & {"fit", "apply", "run"}):
-        return
-    for call, qn in mod.calls:
-        if tfdata.is_tfdata_root(qn):
-            ctx.emit("TF008", call, "this tf.data pipeline is never prefetched: add "
-                                    ".prefetch(tf.data.AUTOTUNE) as its last step")
-            return
+    out = []
+    for call, _ in mod.calls:
+        f = call.func
+        if isinstance(f, ast.Attribute) and f.attr in ("fit", "fit_generator"):
+            x = call.args[0] if call.args else kwarg(call, "x")
+            if x is not None:
+                out.append(x)
+    for loop in mod.loops:
+        if isinstance(loop, ast.While):
+            continue
+        if facts.features(loop.body, loop) & _TRAIN_LOOP_FEATURES or _calls_attr(loop.body, "train_on_batch"):
+            out.append(tfdata.unwrap_iter(mod, loop.iter))
+    return out
+
+
+def _calls_attr(stmts, attr: str) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == attr
+               for n in iter_body_nodes(stmts))
+
+
+def check_tf008(ctx) -> None:
+    """A tf.data pipeline that training consumes with no ``prefetch`` anywhere in it.
+
+    Pipelines passed through ``strategy.experimental_distribute_dataset`` / ``distribute_datasets_from_function``
+    are left alone: the distributed iterator prefetches onto the devices itself.
+    """
+    mod = ctx.mod
+    done: set[int] = set()
+    for expr in _training_inputs(ctx):
+        if tfdata.classify(mod, expr) != "tfdata":
+            continue
+        roots, methods = tfdata.pipeline(mod, expr)
+        if not roots or "prefetch" in methods:
+            continue
+        root = min(roots, key=lambda r: (r.lineno, r.col_offset))
+        if id(root) in done:
+            continue
+        done.add(id(root))
+        ctx.emit("TF008", root, "this tf.data pipeline feeds training but is never prefetched: add "
+                                ".prefetch(tf.data.AUTOTUNE) as its last step")
 
 
 def check_tf009(ctx) -> None:
