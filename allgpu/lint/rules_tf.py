@@ -81,11 +81,45 @@ def check_tf001(ctx) -> None:
         if kind is None or nested(call):
             return
         names = stack_targets(stack) & trained
-        if names:
+        if names and not _baseline_before_strategy(ctx, stack):
             ctx.emit("TF001", call, f"{kind} `{sorted(names)[0]}` created outside strategy.scope(): "
                                     f"its variables live on one device{call_site_note(stack)}")
 
     walk_scopes(facts, on_call)
+
+
+def _name_lines(mod) -> dict[str, list[tuple[int, bool]]]:
+    """name -> ``(line, is_store)`` for every occurrence of the bare name in the file (built once)."""
+    index = mod.__dict__.get("_name_lines")
+    if index is None:
+        index = {}
+        for node in ast.walk(mod.tree):
+            if isinstance(node, ast.Name):
+                index.setdefault(node.id, []).append((node.lineno, isinstance(node.ctx, ast.Store)))
+        mod.__dict__["_name_lines"] = index
+    return index
+
+
+def _baseline_before_strategy(ctx, stack: list) -> bool:
+    """The object comes from a module-level assignment made before any strategy is constructed, and the name
+    it is bound to is used only before that (until it is rebound): a deliberate single-device baseline, as bug
+    reports and tutorials write to compare with the distributed run."""
+    top = stack[0] if stack else None
+    if not isinstance(top, ast.Assign):
+        return False
+    first = min((c.lineno for c, fw, _ in ctx.facts.strategy_calls if fw == "tf"), default=None)
+    names = [t.id for t in top.targets if isinstance(t, ast.Name)]
+    if first is None or top.lineno >= first or not names:
+        return False
+    end = getattr(top, "end_lineno", top.lineno) or top.lineno
+    index = _name_lines(ctx.mod)
+    for name in names:
+        later = sorted(x for x in index.get(name, []) if x[0] > end)
+        rebind = next((line for line, store in later if store), None)
+        uses = [line for line, store in later if not store and (rebind is None or line < rebind)]
+        if any(line >= first for line in uses):
+            return False
+    return True
 
 
 def check_tf002(ctx) -> None:
@@ -182,8 +216,27 @@ def check_tf005(ctx) -> None:
         outer = mod.enclosing_function(call)
         if outer is not None and id(outer) in facts.run_targets:
             continue  # a per-replica function looping over its own micro-steps
+        if not _strategy_in_play(ctx, call):
+            continue
         ctx.emit("TF005", call, f"`{fns[0].name}` trains but is called directly in a loop: "
                                 "it runs on one device, not through strategy.run")
+
+
+def _mentions_strategy(ctx, node: ast.AST) -> bool:
+    cache = ctx.mod.__dict__.setdefault("_mentions_strategy", {})
+    if id(node) not in cache:
+        facts = ctx.facts
+        cache[id(node)] = any(isinstance(n, (ast.Name, ast.Attribute)) and facts.is_strategy_expr(n)
+                              for n in ast.walk(node))
+    return cache[id(node)]
+
+
+def _strategy_in_play(ctx, call: ast.Call) -> bool:
+    """A loop at module level runs where the strategy is; one inside functions only when one of the enclosing
+    functions or classes refers to a strategy (a baseline ``Trainer`` class that never sees it is left alone)."""
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    scopes = [a for a in ctx.mod.ancestors(call) if isinstance(a, kinds)]
+    return not scopes or any(_mentions_strategy(ctx, s) for s in scopes)
 
 
 def _default_reduction(mod, ctor: ast.Call) -> bool:
