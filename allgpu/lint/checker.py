@@ -169,7 +169,7 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
 
 def _keep(findings: list[Finding], select, ignore) -> list[Finding]:
     return sorted((f for f in findings if _enabled(f.rule_id, select, ignore)),
-                  key=lambda f: (f.cell or 0, f.line, f.col, f.rule_id))
+                  key=lambda f: (f.cell or 0, f.line, f.col, f.rule_id, f.message))
 
 
 def _looks_py2(exc: SyntaxError, text: str) -> bool:
@@ -231,4 +231,6 @@ def check_paths(paths: Iterable[str], select=None, ignore=None) -> tuple[list[Fi
     findings: list[Finding] = []
     for f in files:
         findings.extend(check_path(f, select, ignore))
+    # one stable order for every run: by file, then cell, line, column, rule
+    findings.sort(key=lambda f: (f.path, f.cell or 0, f.line, f.col, f.rule_id, f.message))
     return findings, len(files)
