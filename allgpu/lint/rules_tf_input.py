@@ -55,8 +55,11 @@ def _training_inputs(ctx) -> list[ast.expr]:
     for loop in mod.loops:
         if isinstance(loop, ast.While):
             continue
+        it = tfdata.unwrap_iter(mod, loop.iter)
+        if tfdata.classify(mod, it) != "tfdata":  # cheap test first: most loops are not over a pipeline
+            continue
         if facts.features(loop.body, loop) & _TRAIN_LOOP_FEATURES or _calls_attr(loop.body, "train_on_batch"):
-            out.append(tfdata.unwrap_iter(mod, loop.iter))
+            out.append(it)
     return out
 
 
