@@ -172,3 +172,111 @@ def test_pt007_quiet_for_per_rank_file():
 def test_pt002_quiet_in_library_that_only_imports_dist():
     src = "import torch\nimport torch.distributed as dist\ndef helper(x):\n    return x.to(torch.device('cuda'))\n"
     assert "PT002" not in ids(src)
+
+
+# ---- issue 11: families the real-world corpus showed --------------------------------------------------------
+def lines_of(src: str, rule: str) -> list[int]:
+    import textwrap
+
+    from allgpu.lint import check_source
+    return [f.line for f in check_source(textwrap.dedent(src), "train.py") if f.rule_id == rule]
+
+
+@pytest.mark.parametrize("guard", [
+    "local_rank == 0",                                   # torchrun's per-node rank
+    "args.local_rank in [-1, 0]",                        # the old transformers examples
+    "int(os.environ['LOCAL_RANK']) == 0",
+    "not args.multiprocessing_distributed or args.rank % ngpus_per_node == 0",   # pytorch/examples imagenet
+])
+def test_pt007_per_node_guard_is_not_a_job_guard(guard):
+    src = DDP_HEAD + f"if {guard}:\n    torch.save(model.state_dict(), 'm.pt')\n"
+    assert "PT007" in ids(src)
+
+
+def test_pt007_per_node_guard_at_the_call_site_of_a_helper():
+    src = DDP_HEAD + ("def save_checkpoint(state, filename):\n    torch.save(state, filename)\n"
+                      "if args.rank % ngpus_per_node == 0:\n    save_checkpoint(model.state_dict(), 'c.pt')\n")
+    assert lines_of(src, "PT007") == [12]
+
+
+@pytest.mark.parametrize("guard", ["args.rank == 0", "dist.get_rank() == 0 and epoch % 10 == 0",
+                                   "not args.distributed or dist.get_rank() == 0", "utils.is_main_process()"])
+def test_pt007_quiet_with_job_guard(guard):
+    assert "PT007" not in ids(DDP_HEAD + f"if {guard}:\n    torch.save(model.state_dict(), 'm.pt')\n")
+
+
+def test_pt011_quiet_under_safe_globals():
+    src = ("import torch\nwith open(p, 'rb') as f:\n    with torch.serialization.safe_globals([Net]):\n"
+           "        model = torch.load(f)\n")
+    assert "PT011" not in ids(src)
+    assert "PT011" in ids("import torch\nwith open(p, 'rb') as f:\n    model = torch.load(f)\n")
+
+
+@pytest.mark.parametrize("workers,flag", [("0", True), ("4", False)])
+def test_pt005_num_workers_through_a_name(workers, flag):
+    src = (f"import torch\nnum_workers = {workers}\n"
+           "loader = torch.utils.data.DataLoader(ds, batch_size=20, num_workers=num_workers)\n"
+           "for x, y in loader:\n    loss = model(x).sum()\n    loss.backward()\n")
+    assert ("PT005" in ids(src)) is flag
+
+
+def test_pt002_cuda_if_available_without_set_device():
+    tail = "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\nmodel.to(device)\n"
+    src = "import torch\nimport torch.distributed as dist\ndist.init_process_group('nccl')\n" + tail
+    assert "PT002" in ids(src)
+    assert "PT002" not in ids(DDP_HEAD + tail)  # set_device(local_rank) makes 'cuda' this rank's GPU
+
+
+def test_pt004_quiet_when_sampler_goes_to_an_imported_helper():
+    src = DDP_HEAD + ("from utils import train\nsampler = DistributedSampler(ds, shuffle=True)\n"
+                      "loader = DataLoader(ds, sampler=sampler, num_workers=2)\n"
+                      "for epoch in range(10):\n    train(model, loader, epoch, sampler=sampler)\n")
+    assert "PT004" not in ids(src)
+    assert "PT004" in ids(src.replace("sampler=sampler)\n", "None)\n").replace(
+        "train(model, loader, epoch, None)", "train(model, loader, epoch)"))
+
+
+SCALER_LOOP = """
+for i, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y) / accum_iter
+    loss_scaler(loss, optimizer, parameters=model.parameters(), update_grad=(i + 1) % accum_iter == 0)
+    if (i + 1) % accum_iter == 0:
+        optimizer.zero_grad()
+"""
+
+
+def test_pt006_accumulation_through_a_scaler_flag_on_ddp():
+    assert lines_of(DDP_HEAD + SCALER_LOOP, "PT006") == [14]
+
+
+def test_pt006_scaler_flag_in_a_distributed_helper_module():
+    helper = "import torch\nimport util.misc as misc\ndef train_one_epoch(model, loader, optimizer, loss_scaler, accum_iter):" \
+             + SCALER_LOOP.replace("\n", "\n    ") + "\n    return misc.all_reduce_mean(loss.item())\n"
+    assert "PT006" in ids(helper)
+    assert "PT006" not in ids(helper.replace("    return misc.all_reduce_mean(loss.item())\n", ""))  # single GPU
+
+
+def test_pt006_quiet_scaler_flag_with_no_sync():
+    src = DDP_HEAD + SCALER_LOOP.replace("    loss_scaler(", "    with model.no_sync():\n        pass\n    loss_scaler(")
+    assert "PT006" not in ids(src)
+
+
+@pytest.mark.parametrize("build,flag", [
+    ("import torchvision\nnet = torchvision.models.resnet50()", True),
+    ("from torchvision.models import densenet121\nnet = densenet121()", True),
+    ("import torchvision.models as models\nnet = models.__dict__[args.arch]()", True),
+    ("import timm\nnet = timm.create_model('resnet50d')", True),
+    ("import timm\nnet = timm.create_model('vit_base_patch16_224')", False),
+    ("import torchvision\nnet = torchvision.models.vit_b_16()", False),
+])
+def test_pt008_library_batchnorm_model_under_ddp(build, flag):
+    src = DDP_HEAD + build + "\nddp = DDP(net.cuda(), device_ids=[local_rank])\n"
+    assert ("PT008" in ids(src)) is flag
+    if flag:
+        assert lines_of(src, "PT008") == [10, 13]  # reported at each DDP wrap
+        assert "PT008" not in ids(src + "net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)\n")
+
+
+def test_pt001_functional_data_parallel():
+    assert "PT001" in ids("import torch.nn as nn\nout = nn.parallel.data_parallel(self.main, x, range(2))\n")
+    assert "PT001" in ids("from torch.nn.parallel import data_parallel\nout = data_parallel(m, x, [0, 1])\n")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import ast
 import re
 
-from allgpu.lint import tfdata
+from allgpu.lint import tfdata, torch_train
+from allgpu.lint.rank_guard import guarded, rankish
 from allgpu.lint.resolve import const_str, dotted, has_star_kwargs, iter_body_nodes, kwarg, literal_text
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "replicate")
 _SYNC_CALLS = ("all_reduce", "allreduce", "broadcast", "reduce_scatter", "broadcast_parameters",
                "distribute_tensor", "parallelize_module", "init_device_mesh", "DeviceMesh", "DTensor")
 _OTHER_ENGINES = ("deepspeed", "accelerate", "horovod", "fairscale", "lightning", "pytorch_lightning", "allgpu")
-_RANKISH = re.compile(r"rank|master|main_process|is_main|chief|primary|is_root|gpu_id|process_index|global_zero")
 _INDEXED = re.compile(r"^cuda:\d+$")
 
 
@@ -38,10 +38,17 @@ def _loader_calls(mod):
     return [(c, qn) for c, qn in mod.calls if qn == "torch.utils.data.DataLoader"]
 
 
+def _last_name(func: ast.expr) -> str | None:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
 def check_pt001(ctx) -> None:
     for call, qn in ctx.mod.calls:
         if qn == "torch.nn.DataParallel":
             ctx.emit("PT001", call, "nn.DataParallel: one process drives all GPUs; use DistributedDataParallel")
+        elif qn in ("torch.nn.parallel", "torch.nn.parallel.data_parallel") and _last_name(call.func) == "data_parallel":
+            ctx.emit("PT001", call, "nn.parallel.data_parallel: one process scatters every batch over the GPUs; "
+                                    "use DistributedDataParallel")
 
 
 def _replaced_later(mod, call: ast.Call) -> bool:
@@ -54,6 +61,14 @@ def _replaced_later(mod, call: ast.Call) -> bool:
     return False
 
 
+def _device_text(mod, node: ast.expr) -> str | None:
+    """A device literal, also through ``"cuda" if torch.cuda.is_available() else "cpu"`` (the GPU branch)."""
+    if isinstance(node, ast.IfExp):
+        texts = [literal_text(mod, b) for b in (node.body, node.orelse)]
+        return next((t for t in texts if t and t.lower().startswith("cuda")), None)
+    return literal_text(mod, node)
+
+
 def check_pt002(ctx) -> None:
     mod, tf = ctx.mod, ctx.torch
     if not tf.started:
@@ -63,7 +78,7 @@ def check_pt002(ctx) -> None:
         f = call.func
         text = None
         if qn == "torch.device" and call.args:
-            text = literal_text(mod, call.args[0])
+            text = _device_text(mod, call.args[0])
             if text == "cuda" and len(call.args) > 1:
                 idx = const_str(call.args[1])
                 text = f"cuda:{idx}" if idx is not None else None
@@ -174,9 +189,26 @@ def check_pt003(ctx) -> None:
                                     "the whole dataset")
 
 
+def _sampler_delegated(mod) -> bool:
+    """A DistributedSampler handed to a function imported from elsewhere (``train(..., sampler=sampler)`` with
+    ``from utils import train``): that helper can call ``set_epoch``, and this file cannot see it."""
+    names = {name for name, values in mod.assigns.items()
+             if any(isinstance(v, ast.Call) and (mod.qualname(v.func) or "").endswith("DistributedSampler")
+                    for v in values)}
+    if not names:
+        return False
+    for call, qn in mod.calls:
+        if not qn or qn.startswith(("torch.", "logging.", "builtins.")):
+            continue
+        args = list(call.args) + [kw.value for kw in call.keywords]
+        if any(dotted(a) in names for a in args):
+            return True
+    return False
+
+
 def check_pt004(ctx) -> None:
     mod = ctx.mod
-    if "set_epoch" in mod.attrs:
+    if "set_epoch" in mod.attrs or _sampler_delegated(mod):
         return
     epoch_loop = False
     for loop in mod.loops:
@@ -205,16 +237,24 @@ def check_pt005(ctx) -> None:
         workers = kwarg(call, "num_workers")
         if workers is None and len(call.args) > 6:
             workers = call.args[6]
-        if workers is None or (isinstance(workers, ast.Constant) and workers.value == 0):
+        if workers is None or literal_text(mod, workers) == "0":
             ctx.emit("PT005", call, "DataLoader without worker processes: batches are prepared between "
                                     "steps while the GPUs wait")
 
 
 def check_pt006(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
-    if not ctx.torch.wrapped or {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys():
+    if {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys() or mod.is_imported("accelerate"):
         return
-    if mod.is_imported("accelerate") or not any("accum" in n.lower() for n in mod.name_ids | mod.attrs.keys()):
+    if not any("accum" in n.lower() for n in mod.name_ids | mod.attrs.keys()):
+        return
+    if ctx.torch.wrapped or torch_train.distributed_aware(mod):
+        # ``loss_scaler(loss, opt, update_grad=(i + 1) % accum == 0)``: backward inside the wrapper every step
+        for call in torch_train.wrapper_accumulation_calls(mod):
+            ctx.emit("PT006", call, "accumulating gradients through a scaler's update_grad flag on a DDP model "
+                                    "without no_sync(): every micro-step all-reduces")
+            return
+    if not ctx.torch.wrapped:
         return
     for loop in mod.loops:
         body = list(iter_body_nodes(loop.body))
@@ -228,48 +268,13 @@ def check_pt006(ctx) -> None:
             return
 
 
-def _rankish(node: ast.AST) -> bool:
-    for n in ast.walk(node):
-        name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
-        if name and _RANKISH.search(name.lower()):
-            return True
-    return False
-
-
-def _exits(stmts: list[ast.stmt]) -> bool:
-    return bool(stmts) and isinstance(stmts[-1], (ast.Return, ast.Continue, ast.Break, ast.Raise))
-
-
-def _guarded(ctx, node: ast.AST, depth: int = 0) -> bool:
-    mod = ctx.mod
-    child = node
-    for anc in mod.ancestors(node):
-        if isinstance(anc, ast.If) and _rankish(anc.test):
-            return True
-        for field in ("body", "orelse", "finalbody") if not isinstance(anc, ast.Module) else ():
-            block = getattr(anc, field, None)
-            if isinstance(block, list) and child in block:
-                for prev in block[:block.index(child)]:
-                    if isinstance(prev, ast.If) and _rankish(prev.test) and _exits(prev.body):
-                        return True
-        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if _RANKISH.search(anc.name.lower()) or any(_rankish(d) for d in anc.decorator_list):
-                return True
-            sites = mod.callers(anc)
-            if depth >= 3:
-                return False
-            return all(_guarded(ctx, s, depth + 1) for s in sites)  # no call site here: cannot tell
-        child = anc
-    return False
-
-
 def check_pt007(ctx) -> None:
     if not ctx.torch.started:
         return
     for call, qn in ctx.mod.calls:
-        if qn != "torch.save" or (len(call.args) > 1 and _rankish(call.args[1])):
+        if qn != "torch.save" or (len(call.args) > 1 and rankish(call.args[1])):
             continue  # a per-rank file (``f"shard_{rank}.pt"``) is meant to be written by every rank
-        if not _guarded(ctx, call):
+        if not guarded(ctx.mod, call):
             ctx.emit("PT007", call, "torch.save runs on every rank: guard it with `if dist.get_rank() == 0:`")
 
 
@@ -283,6 +288,12 @@ def check_pt008(ctx) -> None:
             ctx.emit("PT008", call, "BatchNorm in a DDP model without SyncBatchNorm: statistics come from "
                                     "each GPU's own batch")
             return
+    if torch_train.library_bn_model_calls(mod):
+        # a torchvision/timm BatchNorm model (resnet, densenet...): report where it is wrapped
+        for call, qn in mod.calls:
+            if qn == "torch.nn.parallel.DistributedDataParallel":
+                ctx.emit("PT008", call, "DDP wraps a BatchNorm model (torchvision/timm) without "
+                                        "SyncBatchNorm: statistics come from each GPU's own batch")
 
 
 def check_pt009(ctx) -> None:
@@ -303,10 +314,24 @@ def check_pt009(ctx) -> None:
             return
 
 
+def _under_safe_globals(mod, call: ast.Call) -> bool:
+    """``with torch.serialization.safe_globals([...]): torch.load(f)``: the code relies on the weights-only
+    unpickler (the default since torch 2.6), allow-listing the classes it needs."""
+    for anc in mod.ancestors(call):
+        if isinstance(anc, (ast.With, ast.AsyncWith)):
+            for item in anc.items:
+                expr = item.context_expr
+                if isinstance(expr, ast.Call) and (mod.qualname(expr.func) or "").endswith("safe_globals"):
+                    return True
+    return False
+
+
 def check_pt011(ctx) -> None:
     for call, qn in ctx.mod.calls:
         if qn != "torch.load" or has_star_kwargs(call):
             continue
         wo = kwarg(call, "weights_only")
+        if wo is None and _under_safe_globals(ctx.mod, call):
+            continue
         if wo is None or (isinstance(wo, ast.Constant) and wo.value is False):
             ctx.emit("PT011", call, "torch.load without weights_only=True unpickles arbitrary code")
