@@ -280,3 +280,54 @@ def test_pt008_library_batchnorm_model_under_ddp(build, flag):
 def test_pt001_functional_data_parallel():
     assert "PT001" in ids("import torch.nn as nn\nout = nn.parallel.data_parallel(self.main, x, range(2))\n")
     assert "PT001" in ids("from torch.nn.parallel import data_parallel\nout = data_parallel(m, x, [0, 1])\n")
+
+
+def test_pt007_name_bound_to_a_per_node_test():
+    per_node = DDP_HEAD + "is_master = local_rank == 0\nif is_master:\n    torch.save(model.state_dict(), 'm.pt')\n"
+    job = DDP_HEAD + ("ddp_rank = int(os.environ['RANK'])\nmaster_process = ddp_rank == 0\n"
+                      "if master_process:\n    torch.save(model.state_dict(), 'm.pt')\n")
+    assert "PT007" in ids(per_node)
+    assert "PT007" not in ids(job)
+
+
+@pytest.mark.parametrize("pick", ["torch.accelerator.set_device_index(local_rank)",
+                                  "os.environ['CUDA_VISIBLE_DEVICES'] = str(local_rank)",
+                                  "mesh = torch.distributed.device_mesh.init_device_mesh('cuda', (2,))"])
+def test_pt002_quiet_when_each_process_picks_its_gpu(pick):
+    src = f"import os\nimport torch\nimport torch.distributed as dist\nlocal_rank = int(os.environ['LOCAL_RANK'])\n" \
+          f"{pick}\ndist.init_process_group('nccl')\nmodel = Net().cuda()\nx = x.to('cuda')\n"
+    assert "PT002" not in ids(src)
+    assert "PT002" in ids(src.replace(pick, "pass"))
+
+
+def test_pt003_quiet_for_a_dataset_sharded_by_rank():
+    src = DDP_HEAD + "ds = ImageDataset(files, shard=dist.get_rank(), num_shards=dist.get_world_size())\n" \
+                     "loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=1)\n"
+    assert "PT003" not in ids(src)
+    assert "PT003" in ids(src.replace("shard=dist.get_rank(), num_shards=dist.get_world_size()", "'train'"))
+
+
+PT009_BASE = "import torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n{wrap}\nloss.backward()\n"
+
+
+@pytest.mark.parametrize("wrap,flag", [("model = make_data_parallel(model, True, device)", False),
+                                       ("model = wrap_ddp(model)", False),
+                                       ("ddp_setup(rank, world_size)", True), ("pass", True)])
+def test_pt009_model_wrapped_by_a_project_helper(wrap, flag):
+    assert ("PT009" in ids(PT009_BASE.format(wrap=wrap))) is flag
+
+
+def test_pt006_quiet_when_the_step_is_under_an_amp_branch_only():
+    src = DDP_HEAD + """
+loss_accum = 0.0
+for x, y in loader:
+    loss = model(x).sum()
+    loss_accum += loss.item()
+    loss.backward()
+    if use_amp:
+        scaler.step(optimizer)
+    else:
+        optimizer.step()
+"""
+    assert "PT006" not in ids(src)
+    assert "PT006" in ids(src.replace("if use_amp:", "if (i + 1) % accum_steps == 0 and use_amp:"))

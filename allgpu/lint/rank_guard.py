@@ -27,8 +27,10 @@ def _modulo_names(node: ast.AST) -> set[int]:
     return out
 
 
-def rank_kinds(node: ast.AST) -> set[str]:
-    """``{"job"}``, ``{"node"}``, both, or empty: the kinds of rank names ``node`` mentions."""
+def rank_kinds(node: ast.AST, mod=None, _depth: int = 0) -> set[str]:
+    """``{"job"}``, ``{"node"}``, both, or empty: the kinds of rank names ``node`` mentions.
+
+    With ``mod``, a name bound only to per-node tests (``is_master = local_rank == 0``) is per-node too."""
     kinds: set[str] = set()
     per_node_pos = _modulo_names(node)
     for n in ast.walk(node):
@@ -42,8 +44,18 @@ def rank_kinds(node: ast.AST) -> set[str]:
         if _PER_NODE.search(low):
             kinds.add("node")
         elif RANKISH.search(low):
-            kinds.add("node" if id(n) in per_node_pos else "job")
+            if id(n) in per_node_pos:
+                kinds.add("node")
+            elif mod is not None and _depth < 2 and _bound_per_node(mod, n, _depth):
+                kinds.add("node")
+            else:
+                kinds.add("job")
     return kinds
+
+
+def _bound_per_node(mod, name: ast.AST, depth: int) -> bool:
+    values = mod.values_of(name)
+    return bool(values) and all(rank_kinds(v, mod, depth + 1) == {"node"} for v in values)
 
 
 def rankish(node: ast.AST) -> bool:
@@ -51,9 +63,9 @@ def rankish(node: ast.AST) -> bool:
     return bool(rank_kinds(node))
 
 
-def is_job_guard(test: ast.AST) -> bool:
+def is_job_guard(test: ast.AST, mod=None) -> bool:
     """A test that selects one process of the whole job (a per-node test alone does not)."""
-    return "job" in rank_kinds(test)
+    return "job" in rank_kinds(test, mod)
 
 
 def _exits(stmts: list[ast.stmt]) -> bool:
@@ -72,13 +84,13 @@ def guarded(mod, node: ast.AST, depth: int = 0) -> bool:
     a ``*_on_master``/``is_main_process`` helper, or every call site of its function guarded)?"""
     child = node
     for anc in mod.ancestors(node):
-        if isinstance(anc, ast.If) and is_job_guard(anc.test):
+        if isinstance(anc, ast.If) and is_job_guard(anc.test, mod):
             return True
         for field in ("body", "orelse", "finalbody") if not isinstance(anc, ast.Module) else ():
             block = getattr(anc, field, None)
             if isinstance(block, list) and child in block:
                 for prev in block[:block.index(child)]:
-                    if isinstance(prev, ast.If) and is_job_guard(prev.test) and _exits(prev.body):
+                    if isinstance(prev, ast.If) and is_job_guard(prev.test, mod) and _exits(prev.body):
                         return True
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if _function_guard(anc):

@@ -14,6 +14,8 @@ _SYNC_CALLS = ("all_reduce", "allreduce", "broadcast", "reduce_scatter", "broadc
                "distribute_tensor", "parallelize_module", "init_device_mesh", "DeviceMesh", "DTensor")
 _OTHER_ENGINES = ("deepspeed", "accelerate", "horovod", "fairscale", "lightning", "pytorch_lightning", "allgpu")
 _INDEXED = re.compile(r"^cuda:\d+$")
+_NOT_WRAPPER = re.compile(r"setup|init|cleanup|destroy|^is_|^get_|rank|world")
+_WRAPPER_HELPER = re.compile(r"ddp|fsdp|data_parallel|dataparallel|distributed_model|wrap_model|parallelize|shard_model")
 
 
 class TorchFacts:
@@ -61,6 +63,21 @@ def _replaced_later(mod, call: ast.Call) -> bool:
     return False
 
 
+_SETS_DEVICE = ("torch.cuda.set_device", "torch.cuda.device", "torch.accelerator.set_device_index",
+                "torch.distributed.device_mesh.init_device_mesh", "torch.distributed.init_device_mesh")
+
+
+def _device_per_rank(mod) -> bool:
+    """Does each process pick its own GPU before a bare ``'cuda'`` (set_device, a device mesh, or
+    ``CUDA_VISIBLE_DEVICES`` set from its rank)?"""
+    if any(qn in _SETS_DEVICE for _, qn in mod.calls):
+        return True
+    for target, value in mod.subscript_assigns:
+        if const_str(target.slice) == "CUDA_VISIBLE_DEVICES" and rankish(value):
+            return True
+    return False
+
+
 def _device_text(mod, node: ast.expr) -> str | None:
     """A device literal, also through ``"cuda" if torch.cuda.is_available() else "cpu"`` (the GPU branch)."""
     if isinstance(node, ast.IfExp):
@@ -73,7 +90,7 @@ def check_pt002(ctx) -> None:
     mod, tf = ctx.mod, ctx.torch
     if not tf.started:
         return
-    per_rank = any(qn in ("torch.cuda.set_device", "torch.cuda.device") for _, qn in mod.calls)
+    per_rank = _device_per_rank(mod)
     for call, qn in mod.calls:
         f = call.func
         text = None
@@ -164,6 +181,15 @@ def _trains_over(ctx, name: str, depth: int = 0) -> bool:
     return False
 
 
+def _shards_by_rank(mod, ds: ast.expr | None) -> bool:
+    """The dataset is built with the process's rank (it reads only its own part)."""
+    values = [ds] if isinstance(ds, ast.Call) else mod.values_of(ds)
+    for v in values:
+        if isinstance(v, ast.Call) and any(rankish(a) for a in list(v.args) + [k.value for k in v.keywords]):
+            return True
+    return False
+
+
 def check_pt003(ctx) -> None:
     mod = ctx.mod
     if not ctx.torch.wrapped:
@@ -180,6 +206,8 @@ def check_pt003(ctx) -> None:
         cls = mod.local_class(ds.func) if isinstance(ds, ast.Call) else None
         if cls is not None and any("IterableDataset" in b for b in mod.class_bases(cls)):
             continue  # an iterable dataset shards itself
+        if _shards_by_rank(mod, ds):
+            continue  # ``ImageDataset(files, shard=rank, num_shards=world_size)``
         shuffle = kwarg(call, "shuffle")
         parent = mod.parent.get(id(call))
         names = [dotted(t) for t in parent.targets] if isinstance(parent, ast.Assign) else []
@@ -242,6 +270,25 @@ def check_pt005(ctx) -> None:
                                     "steps while the GPUs wait")
 
 
+_ACCUM_NAME = re.compile(r"accum|micro|update|sync")
+
+
+def _under_accumulation_test(mod, node: ast.AST, loop: ast.AST) -> bool:
+    """Is ``node`` under an ``if`` (inside ``loop``) that counts micro-steps: ``(i + 1) % k == 0``,
+    ``ni - last_opt_step >= accumulate``? (``if use_amp: scaler.step(opt)`` is not one.)"""
+    for anc in mod.ancestors(node):
+        if anc is loop:
+            return False
+        if isinstance(anc, ast.If):
+            for n in ast.walk(anc.test):
+                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
+                    return True
+                name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
+                if name and _ACCUM_NAME.search(name.lower()):
+                    return True
+    return False
+
+
 def check_pt006(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
     if {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys() or mod.is_imported("accelerate"):
@@ -259,7 +306,7 @@ def check_pt006(ctx) -> None:
     for loop in mod.loops:
         body = list(iter_body_nodes(loop.body))
         steps = [n for n in body if isinstance(n, ast.Call) and "optstep" in facts.call_features(n)
-                 and facts.under_if(n, loop)]
+                 and _under_accumulation_test(mod, n, loop)]
         backs = [n for n in body if isinstance(n, ast.Call) and "backward" in facts.call_features(n)
                  and not facts.under_if(n, loop)]
         if steps and backs:
@@ -296,6 +343,14 @@ def check_pt008(ctx) -> None:
                                         "SyncBatchNorm: statistics come from each GPU's own batch")
 
 
+def _wraps_model(call: ast.Call, qn: str | None) -> bool:
+    """``make_data_parallel(model, ...)``, ``wrap_ddp(model)``: a project helper that wraps what it is given."""
+    name = (_last_name(call.func) or "").lower()
+    if (qn and qn.startswith("torch.")) or not call.args or _NOT_WRAPPER.search(name):
+        return False
+    return bool(_WRAPPER_HELPER.search(name))
+
+
 def check_pt009(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
     if ctx.torch.wrapped or "backward" not in facts.file_features:
@@ -307,6 +362,8 @@ def check_pt009(ctx) -> None:
     names = mod.attrs.keys() | mod.name_ids
     if set(_SYNC_CALLS) & names or {"DistributedDataParallel", "FullyShardedDataParallel"} & names:
         return
+    if any(_wraps_model(c, qn) for c, qn in mod.calls):
+        return  # ``model = make_data_parallel(model, ...)``: wrapped by a helper this file cannot see
     for call, qn in mod.calls:
         if qn == "torch.distributed.init_process_group":
             ctx.emit("PT009", call, "process group started but the model is not wrapped in "
