@@ -331,3 +331,11 @@ for x, y in loader:
 """
     assert "PT006" not in ids(src)
     assert "PT006" in ids(src.replace("if use_amp:", "if (i + 1) % accum_steps == 0 and use_amp:"))
+
+
+@pytest.mark.parametrize("line", ["ddp = DDP(net, device_ids=[0])", "net = net.to(0)"])
+def test_pt002_ddp_device_ids_and_to_int_literal(line):
+    src = "import torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n" \
+          "dist.init_process_group('nccl')\n" + line + "\n"
+    assert "PT002" in ids(src)
+    assert "PT002" not in ids(src.replace("[0]", "[local_rank]").replace("to(0)", "to(local_rank)"))

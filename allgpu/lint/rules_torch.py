@@ -7,13 +7,13 @@ import re
 
 from allgpu.lint import tfdata, torch_train
 from allgpu.lint.rank_guard import guarded, rankish
-from allgpu.lint.resolve import const_str, dotted, has_star_kwargs, iter_body_nodes, kwarg, literal_text
+from allgpu.lint.rules_torch_device import check_pt002  # noqa: F401  (the checker finds PT002 here)
+from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg, literal_text
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "replicate")
 _SYNC_CALLS = ("all_reduce", "allreduce", "broadcast", "reduce_scatter", "broadcast_parameters",
                "distribute_tensor", "parallelize_module", "init_device_mesh", "DeviceMesh", "DTensor")
 _OTHER_ENGINES = ("deepspeed", "accelerate", "horovod", "fairscale", "lightning", "pytorch_lightning", "allgpu")
-_INDEXED = re.compile(r"^cuda:\d+$")
 _NOT_WRAPPER = re.compile(r"setup|init|cleanup|destroy|^is_|^get_|rank|world")
 _WRAPPER_HELPER = re.compile(r"ddp|fsdp|data_parallel|dataparallel|distributed_model|wrap_model|parallelize|shard_model")
 
@@ -51,72 +51,6 @@ def check_pt001(ctx) -> None:
         elif qn in ("torch.nn.parallel", "torch.nn.parallel.data_parallel") and _last_name(call.func) == "data_parallel":
             ctx.emit("PT001", call, "nn.parallel.data_parallel: one process scatters every batch over the GPUs; "
                                     "use DistributedDataParallel")
-
-
-def _replaced_later(mod, call: ast.Call) -> bool:
-    """``device = torch.device('cuda:0')`` reassigned elsewhere (a default the local rank replaces)."""
-    parent = mod.parent.get(id(call))
-    if isinstance(parent, ast.Assign):
-        for t in parent.targets:
-            if len(mod.values_of(t)) > 1:
-                return True
-    return False
-
-
-_SETS_DEVICE = ("torch.cuda.set_device", "torch.cuda.device", "torch.accelerator.set_device_index",
-                "torch.distributed.device_mesh.init_device_mesh", "torch.distributed.init_device_mesh")
-
-
-def _device_per_rank(mod) -> bool:
-    """Does each process pick its own GPU before a bare ``'cuda'`` (set_device, a device mesh, or
-    ``CUDA_VISIBLE_DEVICES`` set from its rank)?"""
-    if any(qn in _SETS_DEVICE for _, qn in mod.calls):
-        return True
-    for target, value in mod.subscript_assigns:
-        if const_str(target.slice) == "CUDA_VISIBLE_DEVICES" and rankish(value):
-            return True
-    return False
-
-
-def _device_text(mod, node: ast.expr) -> str | None:
-    """A device literal, also through ``"cuda" if torch.cuda.is_available() else "cpu"`` (the GPU branch)."""
-    if isinstance(node, ast.IfExp):
-        texts = [literal_text(mod, b) for b in (node.body, node.orelse)]
-        return next((t for t in texts if t and t.lower().startswith("cuda")), None)
-    return literal_text(mod, node)
-
-
-def check_pt002(ctx) -> None:
-    mod, tf = ctx.mod, ctx.torch
-    if not tf.started:
-        return
-    per_rank = _device_per_rank(mod)
-    for call, qn in mod.calls:
-        f = call.func
-        text = None
-        if qn == "torch.device" and call.args:
-            text = _device_text(mod, call.args[0])
-            if text == "cuda" and len(call.args) > 1:
-                idx = const_str(call.args[1])
-                text = f"cuda:{idx}" if idx is not None else None
-            if text and _replaced_later(mod, call):
-                continue
-        elif isinstance(f, ast.Attribute) and f.attr == "to" and qn is None:
-            arg = call.args[0] if call.args else kwarg(call, "device")
-            text = literal_text(mod, arg)
-        elif isinstance(f, ast.Attribute) and f.attr == "cuda" and qn is None:
-            arg = call.args[0] if call.args else kwarg(call, "device")
-            if arg is None:
-                text = "cuda"
-            elif isinstance(arg, ast.Constant) and type(arg.value) is int:
-                text = f"cuda:{arg.value}"
-        if text is None:
-            continue
-        text = text.strip().lower()
-        if _INDEXED.match(text):
-            ctx.emit("PT002", call, f"device {text!r} hard-coded in a distributed script: every rank uses that GPU")
-        elif text == "cuda" and not per_rank:
-            ctx.emit("PT002", call, "'cuda' without torch.cuda.set_device(local_rank): every rank uses GPU 0")
 
 
 def _sampler_kind(mod, node: ast.expr | None) -> str | None:
