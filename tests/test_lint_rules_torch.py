@@ -339,3 +339,10 @@ def test_pt002_ddp_device_ids_and_to_int_literal(line):
           "dist.init_process_group('nccl')\n" + line + "\n"
     assert "PT002" in ids(src)
     assert "PT002" not in ids(src.replace("[0]", "[local_rank]").replace("to(0)", "to(local_rank)"))
+
+
+def test_pt002_quiet_for_a_rank_parameter_with_a_literal_fallback():
+    src = ("import torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+           "def main(rank, distributed):\n    if distributed:\n        dist.init_process_group('nccl')\n"
+           "    else:\n        rank = 0\n    net = Net().to(rank)\n    ddp = DDP(net, device_ids=[rank])\n")
+    assert "PT002" not in ids(src)

@@ -63,7 +63,8 @@ def check_pt002(ctx) -> None:
             arg = call.args[0] if call.args else kwarg(call, "device")
             text = literal_text(mod, arg)
             if text is not None and text.isdigit():
-                text = f"cuda:{text}"  # ``model.to(0)``
+                # ``model.to(0)``; not ``def main(rank): ... rank = 0 ... model.to(rank)`` (a parameter)
+                text = None if _is_parameter(mod, arg, call) else f"cuda:{text}"
         elif isinstance(f, ast.Attribute) and f.attr == "cuda" and qn is None:
             arg = call.args[0] if call.args else kwarg(call, "device")
             if arg is None:
@@ -80,6 +81,18 @@ def check_pt002(ctx) -> None:
     _check_ddp_device_ids(ctx)
 
 
+def _is_parameter(mod, node: ast.expr | None, at: ast.AST) -> bool:
+    """``node`` is a name bound as a parameter of a function around ``at`` (its value is not only the literal)."""
+    if not isinstance(node, ast.Name):
+        return False
+    for anc in mod.ancestors(at):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = anc.args
+            if node.id in {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}:
+                return True
+    return False
+
+
 def _check_ddp_device_ids(ctx) -> None:
     """``DDP(model, device_ids=[0])``: every rank claims GPU 0."""
     for call, qn in ctx.mod.calls:
@@ -88,6 +101,6 @@ def _check_ddp_device_ids(ctx) -> None:
         ids = kwarg(call, "device_ids") or (call.args[1] if len(call.args) > 1 else None)
         if isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1:
             text = literal_text(ctx.mod, ids.elts[0])
-            if text is not None and text.isdigit():
+            if text is not None and text.isdigit() and not _is_parameter(ctx.mod, ids.elts[0], call):
                 ctx.emit("PT002", call, f"DistributedDataParallel(device_ids=[{text}]) hard-coded: every rank "
                                         "uses that GPU; pass [local_rank]")
