@@ -346,3 +346,27 @@ def test_pt002_quiet_for_a_rank_parameter_with_a_literal_fallback():
            "def main(rank, distributed):\n    if distributed:\n        dist.init_process_group('nccl')\n"
            "    else:\n        rank = 0\n    net = Net().to(rank)\n    ddp = DDP(net, device_ids=[rank])\n")
     assert "PT002" not in ids(src)
+
+
+def test_pt006_backward_through_a_local_helper():
+    src = DDP_HEAD + """
+def backward_step(loss):
+    loss.backward()
+for i, x in enumerate(loader):
+    backward_step(model(x).sum() / accum_steps)
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+"""
+    assert "PT006" in ids(src)
+
+
+def test_pt003_explicit_sampler_none_is_no_sampler():
+    src = DDP_HEAD + "loader = DataLoader(ds, batch_size=8, shuffle=True, sampler=None, num_workers=2)\n"
+    assert "PT003" in ids(src)
+
+
+def test_pt004_a_loader_factory_is_not_a_helper_that_sets_the_epoch():
+    src = DDP_HEAD + ("from timm.data import create_loader\nsampler = DistributedSampler(ds)\n"
+                      "loader = create_loader(ds, sampler=sampler)\n"
+                      "for epoch in range(10):\n    for x in loader:\n        model(x).sum().backward()\n")
+    assert "PT004" in ids(src)

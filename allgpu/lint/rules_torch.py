@@ -132,6 +132,8 @@ def check_pt003(ctx) -> None:
         if has_star_kwargs(call):
             continue
         sampler = kwarg(call, "sampler") or kwarg(call, "batch_sampler") or (call.args[3] if len(call.args) > 3 else None)
+        if isinstance(sampler, ast.Constant) and sampler.value is None:
+            sampler = None  # ``sampler=None`` is no sampler at all
         if sampler is not None:
             if _sampler_kind(mod, sampler) == "local":
                 ctx.emit("PT003", call, "DataLoader under DDP with a non-distributed sampler: ranks see the same data")
@@ -160,8 +162,8 @@ def _sampler_delegated(mod) -> bool:
     if not names:
         return False
     for call, qn in mod.calls:
-        if not qn or qn.startswith(("torch.", "logging.", "builtins.")):
-            continue
+        if not qn or qn.startswith(("torch.", "logging.", "builtins.")) or "loader" in qn.rsplit(".", 1)[-1].lower():
+            continue  # a loader factory (timm's create_loader) only wraps the sampler, it sets no epoch
         args = list(call.args) + [kw.value for kw in call.keywords]
         if any(dotted(a) in names for a in args):
             return True
@@ -207,6 +209,13 @@ def check_pt005(ctx) -> None:
 _ACCUM_NAME = re.compile(r"accum|micro|update|sync")
 
 
+def _does_backward(mod, facts, call: ast.Call) -> bool:
+    """``loss.backward()``, or a call to a local function that runs one (``self._backward(loss)``)."""
+    if "backward" in facts.call_features(call):
+        return True
+    return any("backward" in facts.summary(fn) for fn in mod.local_functions(call.func))
+
+
 def _under_accumulation_test(mod, node: ast.AST, loop: ast.AST) -> bool:
     """Is ``node`` under an ``if`` (inside ``loop``) that counts micro-steps: ``(i + 1) % k == 0``,
     ``ni - last_opt_step >= accumulate``? (``if use_amp: scaler.step(opt)`` is not one.)"""
@@ -241,7 +250,7 @@ def check_pt006(ctx) -> None:
         body = list(iter_body_nodes(loop.body))
         steps = [n for n in body if isinstance(n, ast.Call) and "optstep" in facts.call_features(n)
                  and _under_accumulation_test(mod, n, loop)]
-        backs = [n for n in body if isinstance(n, ast.Call) and "backward" in facts.call_features(n)
+        backs = [n for n in body if isinstance(n, ast.Call) and _does_backward(mod, facts, n)
                  and not facts.under_if(n, loop)]
         if steps and backs:
             ctx.emit("PT006", backs[0], "accumulating gradients under DDP without model.no_sync(): "
