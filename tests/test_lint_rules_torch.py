@@ -273,7 +273,7 @@ def test_pt008_library_batchnorm_model_under_ddp(build, flag):
     src = DDP_HEAD + build + "\nddp = DDP(net.cuda(), device_ids=[local_rank])\n"
     assert ("PT008" in ids(src)) is flag
     if flag:
-        assert lines_of(src, "PT008") == [10, 13]  # reported at each DDP wrap
+        assert lines_of(src, "PT008") == [13]  # at the DDP call that wraps it (line 10 wraps the local Net)
         assert "PT008" not in ids(src + "net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)\n")
 
 
@@ -370,3 +370,34 @@ def test_pt004_a_loader_factory_is_not_a_helper_that_sets_the_epoch():
                       "loader = create_loader(ds, sampler=sampler)\n"
                       "for epoch in range(10):\n    for x in loader:\n        model(x).sum().backward()\n")
     assert "PT004" in ids(src)
+
+
+def test_pt008_quiet_when_ddp_wraps_another_module():
+    src = DDP_HEAD + ("import torchvision\nbackbone = torchvision.models.resnet50().cuda()\nbackbone.eval()\n"
+                      "head = LinearClassifier(backbone.fc.in_features).cuda()\nhead = DDP(head, device_ids=[local_rank])\n")
+    assert "PT008" not in ids(src)
+    assert "PT008" in ids(src.replace("head = DDP(head,", "backbone = DDP(backbone,"))
+
+
+def test_pt006_model_wrapped_by_a_project_helper():
+    src = """
+import torch
+import torch.distributed as dist
+from utils.torch_utils import smart_DDP
+dist.init_process_group('nccl')
+model = smart_DDP(model)
+for i, (x, y) in enumerate(loader):
+    loss = model(x).sum()
+    scaler.scale(loss).backward()
+    if i - last_opt_step >= accumulate:
+        scaler.step(optimizer)
+        last_opt_step = i
+"""
+    assert "PT006" in ids(src)
+
+
+def test_pt002_quiet_after_an_imported_distributed_init_helper():
+    src = "import torch\nimport utils\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n" \
+          "utils.init_distributed_mode(args)\nmodel = Net().cuda()\nmodel = DDP(model, device_ids=[args.gpu])\n"
+    assert "PT002" not in ids(src)
+    assert "PT002" in ids(src.replace("utils.init_distributed_mode(args)", "utils.fix_random_seeds(0)"))

@@ -34,6 +34,8 @@ class TorchFacts:
         self.dist = self.dist or self.wrapped
         # the file starts the job itself (a training script, not a library that merely imports dist)
         self.started = self.wrapped or any(qn == "torch.distributed.init_process_group" for _, qn in mod.calls)
+        # ``model = smart_DDP(model)``, ``make_data_parallel(model, ...)``: DDP through a project helper
+        self.helper_wrapped = any(_wraps_model(c, qn) for c, qn in mod.calls)
 
 
 def _loader_calls(mod):
@@ -238,13 +240,14 @@ def check_pt006(ctx) -> None:
         return
     if not any("accum" in n.lower() for n in mod.name_ids | mod.attrs.keys()):
         return
-    if ctx.torch.wrapped or torch_train.distributed_aware(mod):
+    wrapped = ctx.torch.wrapped or ctx.torch.helper_wrapped
+    if wrapped or torch_train.distributed_aware(mod):
         # ``loss_scaler(loss, opt, update_grad=(i + 1) % accum == 0)``: backward inside the wrapper every step
         for call in torch_train.wrapper_accumulation_calls(mod):
             ctx.emit("PT006", call, "accumulating gradients through a scaler's update_grad flag on a DDP model "
                                     "without no_sync(): every micro-step all-reduces")
             return
-    if not ctx.torch.wrapped:
+    if not wrapped:
         return
     for loop in mod.loops:
         body = list(iter_body_nodes(loop.body))
@@ -278,10 +281,11 @@ def check_pt008(ctx) -> None:
             ctx.emit("PT008", call, "BatchNorm in a DDP model without SyncBatchNorm: statistics come from "
                                     "each GPU's own batch")
             return
-    if torch_train.library_bn_model_calls(mod):
-        # a torchvision/timm BatchNorm model (resnet, densenet...): report where it is wrapped
+    bn_calls = torch_train.library_bn_model_calls(mod)
+    if bn_calls:
+        # a torchvision/timm BatchNorm model (resnet, densenet...): report where that model is wrapped
         for call, qn in mod.calls:
-            if qn == "torch.nn.parallel.DistributedDataParallel":
+            if qn == "torch.nn.parallel.DistributedDataParallel" and torch_train.wraps_one_of(mod, call, bn_calls):
                 ctx.emit("PT008", call, "DDP wraps a BatchNorm model (torchvision/timm) without "
                                         "SyncBatchNorm: statistics come from each GPU's own batch")
 
@@ -305,7 +309,7 @@ def check_pt009(ctx) -> None:
     names = mod.attrs.keys() | mod.name_ids
     if set(_SYNC_CALLS) & names or {"DistributedDataParallel", "FullyShardedDataParallel"} & names:
         return
-    if any(_wraps_model(c, qn) for c, qn in mod.calls):
+    if ctx.torch.helper_wrapped:
         return  # ``model = make_data_parallel(model, ...)``: wrapped by a helper this file cannot see
     for call, qn in mod.calls:
         if qn == "torch.distributed.init_process_group":

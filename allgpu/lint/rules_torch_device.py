@@ -9,6 +9,7 @@ from allgpu.lint.rank_guard import rankish
 from allgpu.lint.resolve import const_str, kwarg, literal_text
 
 _INDEXED = re.compile(r"^cuda:\d+$")
+_INIT_HELPER = re.compile(r"^(init|setup|set_up|initiali[sz]e)_?(distributed|dist|ddp)|^(ddp|dist|distributed)_?(setup|init)")
 
 
 def _replaced_later(mod, call: ast.Call) -> bool:
@@ -30,6 +31,9 @@ def _device_per_rank(mod) -> bool:
     ``CUDA_VISIBLE_DEVICES`` set from its rank)?"""
     if any(qn in _SETS_DEVICE for _, qn in mod.calls):
         return True
+    if any(_INIT_HELPER.search(qn.rsplit(".", 1)[-1].lower()) for _, qn in mod.calls
+           if qn and not qn.startswith("torch.")):
+        return True  # ``utils.init_distributed_mode(args)`` (DeiT, DINO, MAE): such helpers call set_device
     for target, value in mod.subscript_assigns:
         if const_str(target.slice) == "CUDA_VISIBLE_DEVICES" and rankish(value):
             return True
