@@ -121,18 +121,22 @@ _R = [
     Rule("PT006", "warning", "accumulation-without-no-sync",
          "gradient accumulation under DDP without model.no_sync(): gradients all-reduced every micro-step",
          "DDP all-reduces in every backward(). Accumulating k micro-batches without no_sync() pays k\n"
-         "all-reduces instead of one.\n"
+         "all-reduces instead of one. Also found when backward() runs inside a loss-scaler wrapper that steps\n"
+         "on a flag (`loss_scaler(loss, opt, update_grad=(i + 1) % k == 0)`, the timm/MAE/Swin convention).\n"
          "Fix:\n    ctx = model.no_sync() if (i + 1) % k else contextlib.nullcontext()\n"
          "    with ctx:\n        loss.backward()"),
     Rule("PT007", "warning", "save-on-every-rank",
          "torch.save not guarded by a rank check: every rank writes the same file",
          "Every process runs the same script; unguarded, N processes write one checkpoint path at once and\n"
-         "can leave it corrupt.\n"
+         "can leave it corrupt. A per-node guard (`local_rank == 0`, `rank % ngpus_per_node == 0`) is not\n"
+         "enough: on several machines one process per node writes the same path on a shared filesystem.\n"
          "Fix:\n    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), path)"),
     Rule("PT008", "info", "batchnorm-not-synced",
          "BatchNorm under DDP without SyncBatchNorm: statistics from the per-GPU batch only",
          "Under DDP each rank normalises with its own small batch; with small per-GPU batches this hurts\n"
-         "accuracy.\nFix: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping in DDP."),
+         "accuracy. Found for BatchNorm layers in the file and for torchvision/timm BatchNorm models (resnet,\n"
+         "densenet, efficientnet...) that DDP wraps.\n"
+         "Fix: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping in DDP."),
     Rule("PT009", "error", "distributed-model-not-wrapped",
          "torch.distributed initialised but the model is neither wrapped (DDP/FSDP) nor synced",
          "init_process_group starts the group, but nothing averages gradients: each rank trains its own model.\n"
