@@ -6,8 +6,9 @@ from allgpu.lint.findings import Rule
 
 _R = [
     Rule("E999", "error", "unparseable-file", "file could not be parsed; nothing in it was checked",
-         "The file is not valid Python 3 (often Python 2 code: `print x`, `except E, e:`), or a notebook whose\n"
-         "JSON cannot be read. The checker reads the syntax tree only, so it could check nothing here.\n"
+         "The file is not valid Python 3 (often Python 2 code: `print x`, `except E, e:`), Python parses it but\n"
+         "refuses to compile it (`return` outside a function, `break` outside a loop, a duplicate argument...),\n"
+         "or it is a notebook whose JSON cannot be read. Python would not run it, so nothing in it was checked.\n"
          "Fix: port the file to Python 3 (`2to3 -w FILE`), or exclude it with --ignore E999."),
     # ---- TensorFlow / Keras --------------------------------------------------------------------------
     Rule("TF001", "error", "created-outside-scope",

@@ -16,6 +16,7 @@ from typing import Iterable, Iterator
 from allgpu.errors import AllGpuError
 from allgpu.lint import rules_allgpu, rules_env, rules_tf, rules_tf_input, rules_torch
 from allgpu.lint.catalog import DEFAULT_OFF, RULES
+from allgpu.lint.compile_check import compile_errors
 from allgpu.lint.facts import Facts
 from allgpu.lint.findings import Finding
 from allgpu.lint.notebook import NotebookError, read_notebook, source_lines_in_file
@@ -142,6 +143,11 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
         findings.append(Finding(filename, 1, 1, "E999", "error", f"file does not parse: {exc}"))
         return _keep(findings, select, ignore)
     mod = Module(tree, text)
+    refused = compile_errors(mod, notebook=origin is not None)
+    if refused:  # Python would not run this file: report it like a syntax error, check nothing else
+        line, col, msg = refused[0]
+        findings.append(_located(filename, line, col, "E999", f"file does not compile: {msg}", origin, starts))
+        return _keep(findings, select, ignore)
     ctx = _Context(mod, Facts(mod))
     for check in CHECKS:
         try:
@@ -156,15 +162,18 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
         seen.add((rule_id, line, col))
         if 0 < line <= len(lines) and _suppressed(lines[line - 1], rule_id):
             continue
-        rule = RULES[rule_id]
-        if origin is not None and 0 < line <= len(origin):
-            cell, cell_line = origin[line - 1]
-            file_line = starts[cell] + cell_line - 1 if cell in starts else None
-            findings.append(Finding(filename, cell_line, col, rule_id, rule.severity, message, cell=cell,
-                                    file_line=file_line))
-        else:
-            findings.append(Finding(filename, line, col, rule_id, rule.severity, message))
+        findings.append(_located(filename, line, col, rule_id, message, origin, starts))
     return _keep(findings, select, ignore)
+
+
+def _located(filename: str, line: int, col: int, rule_id: str, message: str, origin, starts) -> Finding:
+    """A finding at ``line`` of the checked text, mapped back to its notebook cell when there is one."""
+    severity = RULES[rule_id].severity
+    if origin is not None and 0 < line <= len(origin):
+        cell, cell_line = origin[line - 1]
+        file_line = starts[cell] + cell_line - 1 if cell in starts else None
+        return Finding(filename, cell_line, col, rule_id, severity, message, cell=cell, file_line=file_line)
+    return Finding(filename, line, col, rule_id, severity, message)
 
 
 def _keep(findings: list[Finding], select, ignore) -> list[Finding]:

@@ -11,6 +11,10 @@ from __future__ import annotations
 import ast
 from functools import cached_property
 
+# Nodes that can make ``compile()`` refuse a tree ``ast.parse`` accepted (see compile_check.py).
+_COMPILE_WATCH = (ast.Return, ast.Break, ast.Continue, ast.Yield, ast.YieldFrom, ast.Await, ast.Nonlocal,
+                  ast.Global, ast.Starred)
+
 _PREFIXES = (
     ("tensorflow.compat.v1.", "tensorflow."),
     ("tensorflow.compat.v2.", "tensorflow."),
@@ -107,6 +111,8 @@ class Module:
         self.name_ids: set[str] = set()
         self.loops: list[ast.For | ast.AsyncFor | ast.While] = []
         self.subscript_assigns: list[tuple[ast.Subscript, ast.expr]] = []
+        self.compile_watch: list[ast.AST] = []  # the rare nodes compile_check looks at
+        watch = _COMPILE_WATCH
         all_calls: list[ast.Call] = []
         parent = self.parent
         AST = ast.AST
@@ -165,6 +171,8 @@ class Module:
                 self.functions.setdefault(node.name, []).append(node)
             elif isinstance(node, ast.ClassDef):
                 self.classes.setdefault(node.name, []).append(node)
+            elif isinstance(node, watch):
+                self.compile_watch.append(node)
         self._qn_cache: dict[int, str | None] = {}
         self.calls: list[tuple[ast.Call, str | None]] = [(c, self.qualname(c.func)) for c in all_calls]
 
