@@ -401,3 +401,24 @@ def test_pt002_quiet_after_an_imported_distributed_init_helper():
           "utils.init_distributed_mode(args)\nmodel = Net().cuda()\nmodel = DDP(model, device_ids=[args.gpu])\n"
     assert "PT002" not in ids(src)
     assert "PT002" in ids(src.replace("utils.init_distributed_mode(args)", "utils.fix_random_seeds(0)"))
+
+
+def test_pt003_batch_sampler_around_a_distributed_sampler():
+    src = DDP_HEAD + ("sampler_train = DistributedSampler(ds)\n"
+                      "batch_sampler = torch.utils.data.BatchSampler(sampler_train, 8, drop_last=True)\n"
+                      "loader = DataLoader(ds, batch_sampler=batch_sampler, num_workers=2)\n")
+    assert "PT003" not in ids(src)
+    assert "PT003" in ids(src.replace("DistributedSampler(ds)", "torch.utils.data.RandomSampler(ds)"))
+
+
+def test_pt006_update_freq_through_a_scaler_in_a_helper():
+    src = """
+import torch
+import utils
+def train_one_epoch(model, loader, optimizer, loss_scaler, update_freq, metric_logger):
+    for step, (x, y) in enumerate(loader):
+        loss = model(x).sum() / update_freq
+        loss_scaler(loss, optimizer, parameters=model.parameters(), update_grad=(step + 1) % update_freq == 0)
+    metric_logger.synchronize_between_processes()
+"""
+    assert "PT006" in ids(src)

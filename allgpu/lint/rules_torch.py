@@ -55,13 +55,19 @@ def check_pt001(ctx) -> None:
                                     "use DistributedDataParallel")
 
 
-def _sampler_kind(mod, node: ast.expr | None) -> str | None:
+def _sampler_kind(mod, node: ast.expr | None, depth: int = 0) -> str | None:
     """``"distributed"``, ``"local"`` (a non-distributed sampler) or None (unknown)."""
     values = [node] if isinstance(node, ast.Call) else mod.values_of(node)
     kinds = set()
     for v in values:
         qn = mod.qualname(v.func) if isinstance(v, ast.Call) else None
-        if qn and qn.endswith("DistributedSampler"):
+        if qn and qn.endswith("BatchSampler") and v.args and depth < 3:
+            # ``BatchSampler(DistributedSampler(ds), B, drop_last=True)`` (DETR): the inner sampler decides
+            kind = _sampler_kind(mod, v.args[0], depth + 1)
+            if kind is None:
+                return None
+            kinds.add(kind)
+        elif qn and qn.endswith("DistributedSampler"):
             kinds.add("distributed")
         elif qn and qn.startswith("torch.utils.data.") and qn.endswith("Sampler"):
             kinds.add("local")
@@ -208,7 +214,8 @@ def check_pt005(ctx) -> None:
                                     "steps while the GPUs wait")
 
 
-_ACCUM_NAME = re.compile(r"accum|micro|update|sync")
+_ACCUM_NAME = re.compile(r"accum|update_freq|micro_?step|micro_?batch|iters_to_acc")
+_ACCUM_TEST = re.compile(r"accum|micro|update|sync")
 
 
 def _does_backward(mod, facts, call: ast.Call) -> bool:
@@ -229,7 +236,7 @@ def _under_accumulation_test(mod, node: ast.AST, loop: ast.AST) -> bool:
                 if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
                     return True
                 name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
-                if name and _ACCUM_NAME.search(name.lower()):
+                if name and _ACCUM_TEST.search(name.lower()):
                     return True
     return False
 
@@ -238,8 +245,6 @@ def check_pt006(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
     if {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys() or mod.is_imported("accelerate"):
         return
-    if not any("accum" in n.lower() for n in mod.name_ids | mod.attrs.keys()):
-        return
     wrapped = ctx.torch.wrapped or ctx.torch.helper_wrapped
     if wrapped or torch_train.distributed_aware(mod):
         # ``loss_scaler(loss, opt, update_grad=(i + 1) % accum == 0)``: backward inside the wrapper every step
@@ -247,7 +252,7 @@ def check_pt006(ctx) -> None:
             ctx.emit("PT006", call, "accumulating gradients through a scaler's update_grad flag on a DDP model "
                                     "without no_sync(): every micro-step all-reduces")
             return
-    if not wrapped:
+    if not wrapped or not any(_ACCUM_NAME.search(n.lower()) for n in mod.name_ids | mod.attrs.keys()):
         return
     for loop in mod.loops:
         body = list(iter_body_nodes(loop.body))
