@@ -422,3 +422,16 @@ def train_one_epoch(model, loader, optimizer, loss_scaler, update_freq, metric_l
     metric_logger.synchronize_between_processes()
 """
     assert "PT006" in ids(src)
+
+
+def test_pt006_quiet_for_a_wrapper_helper_in_a_single_process_script():
+    src = """
+import torch
+model = wrap_model(model)
+for i, (x, y) in enumerate(loader):
+    loss = model(x).sum() / accum_steps
+    loss.backward()
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+"""
+    assert "PT006" not in ids(src)

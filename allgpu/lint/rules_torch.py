@@ -1,4 +1,8 @@
-"""PyTorch rules PT001-PT009 and PT011 (PT010, CUDA_VISIBLE_DEVICES, is in rules_env)."""
+"""PyTorch rules PT001 and PT003-PT009, PT011 (PT002 is in rules_torch_device, PT010 in rules_env).
+
+Rank guards come from ``rank_guard`` (job vs per-node), library BatchNorm models and loss-scaler accumulation
+from ``torch_train``.
+"""
 
 from __future__ import annotations
 
@@ -245,8 +249,9 @@ def check_pt006(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
     if {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys() or mod.is_imported("accelerate"):
         return
-    wrapped = ctx.torch.wrapped or ctx.torch.helper_wrapped
-    if wrapped or torch_train.distributed_aware(mod):
+    aware = torch_train.distributed_aware(mod)
+    wrapped = ctx.torch.wrapped or (ctx.torch.helper_wrapped and aware)  # ``smart_DDP(model)`` in a dist script
+    if wrapped or aware:
         # ``loss_scaler(loss, opt, update_grad=(i + 1) % accum == 0)``: backward inside the wrapper every step
         for call in torch_train.wrapper_accumulation_calls(mod):
             ctx.emit("PT006", call, "accumulating gradients through a scaler's update_grad flag on a DDP model "
