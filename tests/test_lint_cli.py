@@ -165,3 +165,10 @@ def test_findings_sorted_by_file_then_line_and_stable(tmp_path, capsys):
     locs = [ln.split(": ")[0] for ln in out1.splitlines()[:-1]]
     assert out1 == out2 and len(locs) == 4
     assert locs == sorted(locs, key=lambda s: (s.split(":")[0], int(s.split(":")[1])))
+
+
+def test_parser_warnings_about_user_code_are_not_printed():
+    code = ("import warnings; warnings.simplefilter('default')\nfrom allgpu.lint import check_source\n"
+            "check_source('y = 1if 2 else 3\\nz = \"\\\\d\"\\n', 'a.py')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr

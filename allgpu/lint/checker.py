@@ -8,6 +8,7 @@ import io
 import os
 import re
 import tokenize
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -113,7 +114,10 @@ def check_source(text: str, filename: str = "<string>", select=None, ignore=None
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _check_source(text, filename, select, ignore)
+        with warnings.catch_warnings():  # the parser's warnings about the user's code are not ours to print
+            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return _check_source(text, filename, select, ignore)
     finally:
         if was_enabled:
             gc.enable()
