@@ -259,3 +259,70 @@ app.run(main)
 def test_tf008_quiet_on_tf_data_options_only():
     src = "import tensorflow as tf\nopts = tf.data.Options()\nmodel.fit(x, y)\n"
     assert "TF008" not in ids(src)
+
+
+# ---- real-world corpus families (issue 11) -------------------------------------------------------------
+def test_tf007_quiet_on_constant_named_global_and_in_input_fn():
+    src = HEAD.replace("B = 64 * strategy.num_replicas_in_sync\n", "") + """
+GLOBAL_BATCH_SIZE = 64
+ds = tf.data.Dataset.range(10).batch(GLOBAL_BATCH_SIZE).prefetch(1)
+def dataset_fn(input_context):
+    return tf.data.Dataset.range(10).batch(16).prefetch(1)
+dist = strategy.distribute_datasets_from_function(dataset_fn)
+model.fit(ds)
+"""
+    assert "TF007" not in ids(src)
+    assert "TF007" in ids(src.replace("batch(GLOBAL_BATCH_SIZE)", "batch(64)"))
+
+
+def test_tf007_quiet_on_fit_before_any_strategy():
+    src = ("import tensorflow as tf\nmodel = build()\nmodel.fit(x, y, batch_size=8)\n"
+           "strategy = tf.distribute.MirroredStrategy()\nwith strategy.scope():\n    m2 = build()\n"
+           "m2.fit(x, y, batch_size=8)\n")
+    from allgpu.lint import check_source
+    assert [f.line for f in check_source(src, "t.py") if f.rule_id == "TF007"] == [7]
+
+
+def test_tf011_lambda_run_eagerly():
+    assert "TF011" in ids(HEAD + "for x in dist:\n    out = strategy.run(lambda v: v * 2, args=(x,))\n")
+    assert "TF011" not in ids(HEAD + "@tf.function\ndef f(x):\n    return strategy.run(lambda v: v, args=(x,))\n")
+
+
+def test_tf008_only_training_pipelines_and_not_distributed_ones():
+    train = "ds = tf.data.Dataset.range(8).batch(B)\n"
+    assert "TF008" in ids(HEAD + train + "model.fit(ds)\n")
+    assert "TF008" not in ids(HEAD + train + "model.evaluate(ds)\n")
+    assert "TF008" not in ids(HEAD + train + "dist = strategy.experimental_distribute_dataset(ds)\n"
+                              "for x in dist:\n    strategy.run(step, args=(x,))\n")
+    assert "TF008" not in ids(HEAD + train + "ds = ds.prefetch(2)\nmodel.fit(ds)\n")
+
+
+def test_tf009_follows_tuple_unpacking_and_subscripts():
+    src = ("import tensorflow as tf\nimport tensorflow_datasets as tfds\n"
+           "datasets, info = tfds.load('mnist', with_info=True)\ntr, te = datasets['train'], datasets['test']\n"
+           "ds = tr.map(f).batch(8).prefetch(1)\nmodel.fit(ds)\n")
+    assert "TF009" in ids(src)
+
+
+def test_tf001_and_tf005_quiet_on_single_device_baseline_before_strategy():
+    src = """
+import tensorflow as tf
+class Trainer:
+    def __init__(self):
+        self.model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+        self.opt = tf.keras.optimizers.Adam()
+    def step(self, x):
+        with tf.GradientTape() as t:
+            loss = self.model(x)
+        self.opt.apply_gradients(zip(t.gradient(loss, self.model.trainable_variables), self.model.trainable_variables))
+    def train(self, ds):
+        for x in ds:
+            self.step(x)
+baseline = Trainer()
+baseline.train(ds)
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    dist = Trainer()
+"""
+    assert not {"TF001", "TF005"} & ids(src)
+    assert "TF001" in ids(src + "baseline.train(ds)\n")

@@ -344,10 +344,15 @@ def check_tf011(ctx) -> None:
             continue
         if facts.strategy_names.get(dotted(call.func.value) or "", "tf") != "tf":
             continue
-        targets = mod.local_functions(call.args[0])
-        if not targets or any(id(t) in graph for t in targets):
+        fn_arg = call.args[0]
+        targets = mod.local_functions(fn_arg)
+        if isinstance(fn_arg, ast.Lambda):  # a lambda cannot be a tf.function
+            name = "lambda"
+        elif not targets or any(id(t) in graph for t in targets):
             continue
+        else:
+            name = targets[0].name
         outer = mod.enclosing_function(call)
         if outer is not None and id(outer) in graph:
             continue
-        ctx.emit("TF011", call, f"strategy.run({targets[0].name}) runs eagerly: wrap the step in @tf.function")
+        ctx.emit("TF011", call, f"strategy.run({name}) runs eagerly: wrap the step in @tf.function")

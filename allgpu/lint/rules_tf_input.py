@@ -20,6 +20,30 @@ def _const_int(mod, node: ast.expr | None) -> int | None:
     return None
 
 
+def _named_global(node: ast.expr | None) -> bool:
+    """``GLOBAL_BATCH_SIZE``: the author says the constant is the global batch, split across replicas on purpose."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return "global" in name.lower()
+
+
+def _per_replica_context(mod, call: ast.Call) -> bool:
+    """Inside an input function that receives an ``input_context`` (``distribute_datasets_from_function``,
+    ``create_per_worker_dataset``): its batch is per replica or per worker by definition."""
+    fn = mod.enclosing_function(call)
+    while fn is not None:
+        args = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        if any("context" in a or a in ("ctx", "_") for a in args):
+            return True
+        fn = mod.enclosing_function(fn)
+    return False
+
+
+def _before_any_strategy(ctx, call: ast.Call) -> bool:
+    """A module-level statement that runs before the first strategy is constructed (default strategy)."""
+    first = min((c.lineno for c, fw, _ in ctx.facts.strategy_calls if fw == "tf"), default=None)
+    return first is not None and call.lineno < first and ctx.mod.enclosing_function(call) is None
+
+
 def check_tf007(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
     if not facts.has_strategy("tf") or {"num_replicas_in_sync", "get_per_replica_batch_size"} & mod.attrs.keys():
@@ -29,12 +53,17 @@ def check_tf007(ctx) -> None:
         if not isinstance(f, ast.Attribute):
             continue
         if f.attr == "batch" and call.args and tfdata.classify(mod, f.value) == "tfdata":
-            size = _const_int(mod, call.args[0])
+            arg = call.args[0]
+            if _per_replica_context(mod, call):
+                continue
         elif f.attr == "fit":
-            size = _const_int(mod, kwarg(call, "batch_size"))
+            arg = kwarg(call, "batch_size")
+            if _before_any_strategy(ctx, call):
+                continue
         else:
             continue
-        if size is not None:
+        size = _const_int(mod, arg)
+        if size is not None and not _named_global(arg):
             ctx.emit("TF007", call, f"batch size {size} is fixed: with N replicas each GPU gets {size}/N; "
                                     "scale it by strategy.num_replicas_in_sync")
 
