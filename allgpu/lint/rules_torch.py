@@ -129,11 +129,13 @@ def _trains_over(ctx, name: str, depth: int = 0) -> bool:
 
 def _shards_by_rank(mod, ds: ast.expr | None) -> bool:
     """The dataset is built with the process's rank (it reads only its own part)."""
-    values = [ds] if isinstance(ds, ast.Call) else mod.values_of(ds)
-    for v in values:
-        if isinstance(v, ast.Call) and any(rankish(a) for a in list(v.args) + [k.value for k in v.keywords]):
-            return True
-    return False
+    if isinstance(ds, ast.Call):
+        return any(rankish(a) for a in list(ds.args) + [k.value for k in ds.keywords])
+    key = dotted(ds)
+    cache = mod.__dict__.setdefault("_shards_by_rank", {})
+    if key not in cache:
+        cache[key] = any(isinstance(v, ast.Call) and _shards_by_rank(mod, v) for v in mod.values_of(ds))
+    return cache[key]
 
 
 def check_pt003(ctx) -> None:
@@ -154,13 +156,13 @@ def check_pt003(ctx) -> None:
         cls = mod.local_class(ds.func) if isinstance(ds, ast.Call) else None
         if cls is not None and any("IterableDataset" in b for b in mod.class_bases(cls)):
             continue  # an iterable dataset shards itself
-        if _shards_by_rank(mod, ds):
-            continue  # ``ImageDataset(files, shard=rank, num_shards=world_size)``
         shuffle = kwarg(call, "shuffle")
         parent = mod.parent.get(id(call))
         names = [dotted(t) for t in parent.targets] if isinstance(parent, ast.Assign) else []
-        trained = any(n and _trains_over(ctx, n) for n in names)
-        if trained or (isinstance(shuffle, ast.Constant) and shuffle.value is True):
+        shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True
+        if not (shuffled or any(n and _trains_over(ctx, n) for n in names)):
+            continue
+        if not _shards_by_rank(mod, ds):  # ``ImageDataset(files, shard=rank, num_shards=world_size)`` reads its part
             ctx.emit("PT003", call, "DataLoader under DDP without a DistributedSampler: every rank reads "
                                     "the whole dataset")
 
