@@ -326,3 +326,10 @@ with strategy.scope():
 """
     assert not {"TF001", "TF005"} & ids(src)
     assert "TF001" in ids(src + "baseline.train(ds)\n")
+
+
+def test_mirrored_over_one_listed_device_is_single_device():
+    src = ("import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy(devices=['/GPU:0'])\n"
+           "ds = tf.data.Dataset.range(8).batch(32).prefetch(1)\nmodel.fit(ds)\n")
+    assert "TF007" not in ids(src)
+    assert "TF007" in ids(src.replace("['/GPU:0']", "['/GPU:0', '/GPU:1']"))

@@ -36,6 +36,14 @@ def strategy_ctor(qn: str | None) -> tuple[str, str] | None:
     return None
 
 
+def _single_device(call: ast.Call, kind: str) -> bool:
+    if kind == "OneDeviceStrategy":
+        return True
+    devices = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "devices"), None)
+    return (kind == "MirroredStrategy" and isinstance(devices, (ast.List, ast.Tuple)) and len(devices.elts) == 1
+            and not isinstance(devices.elts[0], ast.Starred))
+
+
 class Facts:
     """Derived, cached facts about a :class:`Module`."""
 
@@ -75,8 +83,10 @@ class Facts:
         return out
 
     def has_strategy(self, framework: str, multi_device: bool = True) -> bool:
-        return any(fw == framework and not (multi_device and kind == "OneDeviceStrategy")
-                   for _, fw, kind in self.strategy_calls)
+        """A strategy of ``framework`` is constructed; with ``multi_device``, one that can span several devices
+        (not ``OneDeviceStrategy``, nor a ``MirroredStrategy(devices=[one literal device])``)."""
+        return any(fw == framework and not (multi_device and _single_device(call, kind))
+                   for call, fw, kind in self.strategy_calls)
 
     def is_strategy_expr(self, node: ast.AST) -> bool:
         name = dotted(node)
