@@ -435,3 +435,19 @@ for i, (x, y) in enumerate(loader):
         optimizer.step()
 """
     assert "PT006" not in ids(src)
+
+
+@pytest.mark.parametrize("sync", ["if args.sync_bn:\n    model = apex.parallel.convert_syncbn_model(model)\n",
+                                  "model = SyncBN.convert(model)\n"])
+def test_pt008_quiet_with_other_sync_batchnorm_spellings(sync):
+    src = DDP_HEAD + "import torchvision\nnet = torchvision.models.resnet50().cuda()\n" + sync + \
+          "net = DDP(net, device_ids=[local_rank])\n"
+    assert "PT008" not in ids(src)
+
+
+def test_pt002_quiet_when_the_file_reads_the_current_device():
+    src = ("import torch\nfrom torch.nn.parallel import DistributedDataParallel\nclass Base:\n"
+           "    def __init__(self):\n        self.device = torch.device('cuda')\n"
+           "    def wrap(self, net):\n        net = net.to(self.device)\n"
+           "        return DistributedDataParallel(net, device_ids=[torch.cuda.current_device()])\n")
+    assert "PT002" not in ids(src)

@@ -18,6 +18,7 @@ _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard
 _SYNC_CALLS = ("all_reduce", "allreduce", "broadcast", "reduce_scatter", "broadcast_parameters",
                "distribute_tensor", "parallelize_module", "init_device_mesh", "DeviceMesh", "DTensor")
 _OTHER_ENGINES = ("deepspeed", "accelerate", "horovod", "fairscale", "lightning", "pytorch_lightning", "allgpu")
+_SYNC_BN = re.compile(r"(?i)sync_?batch_?norm|sync_?bn")
 _NOT_WRAPPER = re.compile(r"setup|init|cleanup|destroy|^is_|^get_|rank|world")
 _WRAPPER_HELPER = re.compile(r"ddp|fsdp|data_parallel|dataparallel|distributed_model|wrap_model|parallelize|shard_model")
 
@@ -286,8 +287,8 @@ def check_pt007(ctx) -> None:
 def check_pt008(ctx) -> None:
     mod = ctx.mod
     names = mod.attrs.keys() | mod.name_ids
-    if not ctx.torch.wrapped or {"SyncBatchNorm", "convert_sync_batchnorm"} & names:
-        return
+    if not ctx.torch.wrapped or any(_SYNC_BN.search(n) for n in names):
+        return  # SyncBatchNorm, apex's convert_syncbn_model, an opt-in --sync-bn flag
     for call, qn in mod.calls:
         if qn in ("torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"):
             ctx.emit("PT008", call, "BatchNorm in a DDP model without SyncBatchNorm: statistics come from "

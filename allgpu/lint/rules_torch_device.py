@@ -31,6 +31,8 @@ def _device_per_rank(mod) -> bool:
     ``CUDA_VISIBLE_DEVICES`` set from its rank)?"""
     if any(qn in _SETS_DEVICE for _, qn in mod.calls):
         return True
+    if any(qn == "torch.cuda.current_device" for _, qn in mod.calls):
+        return True  # ``DDP(net, device_ids=[torch.cuda.current_device()])``: the device was set per rank elsewhere
     if any(_INIT_HELPER.search(qn.rsplit(".", 1)[-1].lower()) for _, qn in mod.calls
            if qn and not qn.startswith("torch.")):
         return True  # ``utils.init_distributed_mode(args)`` (DeiT, DINO, MAE): such helpers call set_device
