@@ -231,8 +231,12 @@ for i, batch in enumerate(ds):
     assert "TF010" not in ids(src)
 
 
-def test_tf012_mwms_without_cluster():
-    assert "TF012" in ids("import tensorflow as tf\ns = tf.distribute.MultiWorkerMirroredStrategy()\n")
+def test_tf012_mwms_without_cluster_only_when_selected():
+    from allgpu.lint import check_source
+    src = "import tensorflow as tf\ns = tf.distribute.MultiWorkerMirroredStrategy()\n"
+    assert "TF012" not in ids(src)  # off by default (DEFAULT_OFF): TF_CONFIG usually comes from the launcher
+    assert [f.rule_id for f in check_source(src, "t.py", select="TF012")] == ["TF012"]
+    assert "TF012" in {f.rule_id for f in check_source(src, "t.py", select="TF")}
 
 
 @pytest.mark.parametrize("extra", [
@@ -240,7 +244,9 @@ def test_tf012_mwms_without_cluster():
     "r = tf.distribute.cluster_resolver.SlurmClusterResolver()",
 ])
 def test_tf012_quiet_with_cluster(extra):
-    assert "TF012" not in ids(f"import os\nimport tensorflow as tf\n{extra}\ns = tf.distribute.MultiWorkerMirroredStrategy()\n")
+    from allgpu.lint import check_source
+    src = f"import os\nimport tensorflow as tf\n{extra}\ns = tf.distribute.MultiWorkerMirroredStrategy()\n"
+    assert check_source(src, "t.py", select="TF012") == []
 
 
 def test_tf001_follows_function_passed_to_absl_app_run():

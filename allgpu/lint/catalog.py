@@ -163,9 +163,11 @@ _R = [
 
 RULES: dict[str, Rule] = {r.id: r for r in _R}
 
-# Rules whose held-out precision on the real-world corpus (benchmarks/lint_corpus) is below 0.9: they run only
-# when ``--select`` names them (by id or by a prefix such as ``TF``). See README, "allgpu lint".
-DEFAULT_OFF: frozenset[str] = frozenset()
+# Rules off by default: they run only when ``--select`` names them (by id or by a prefix such as ``TF``).
+# TF012: on the corpus's tuning half it was wrong every time it fired (0 of 2): real multi-worker scripts get
+# TF_CONFIG from their launcher's environment (Kubernetes TFJob, Slurm wrappers), which no static check sees.
+# Any rule whose held-out precision falls below 0.9 joins this set (README, "allgpu lint").
+DEFAULT_OFF: frozenset[str] = frozenset({"TF012"})
 
 
 def explain(rule_id: str) -> str:
