@@ -339,3 +339,18 @@ def test_mirrored_over_one_listed_device_is_single_device():
            "ds = tf.data.Dataset.range(8).batch(32).prefetch(1)\nmodel.fit(ds)\n")
     assert "TF007" not in ids(src)
     assert "TF007" in ids(src.replace("['/GPU:0']", "['/GPU:0', '/GPU:1']"))
+
+
+def test_notebook_builder_in_one_cell_called_under_scope_in_another_and_baseline_cells():
+    import json
+    from allgpu.lint import check_source
+    cells = ["import tensorflow as tf\ndef build():\n    return tf.keras.Sequential([tf.keras.layers.Dense(1)])",
+             "base = build()\nbase.compile('adam', 'mse')\nbase.fit(x, y)",  # runs before any strategy: baseline
+             "strategy = tf.distribute.MirroredStrategy()",
+             "with strategy.scope():\n    model = build()\n    model.compile('adam', 'mse')",
+             "model.fit(x, y)"]
+    nb = json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells]})
+    assert [f.rule_id for f in check_source(nb, "n.ipynb") if f.rule_id == "TF001"] == []
+    late = json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells + ["base.fit(x, y)"]]})
+    [f] = [f for f in check_source(late, "n.ipynb") if f.rule_id == "TF001"]
+    assert (f.cell, f.line) == (1, 3) and "called at cell 2, line 1" in f.message

@@ -170,9 +170,21 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
     return _keep(findings, select, ignore)
 
 
+_CALLED_AT = re.compile(r"called at line (\d+)")
+
+
+def _cell_ref(line: int, origin) -> str:
+    if 0 < line <= len(origin):
+        cell, cell_line = origin[line - 1]
+        return f"called at cell {cell}, line {cell_line}"
+    return f"called at line {line}"
+
+
 def _located(filename: str, line: int, col: int, rule_id: str, message: str, origin, starts) -> Finding:
     """A finding at ``line`` of the checked text, mapped back to its notebook cell when there is one."""
     severity = RULES[rule_id].severity
+    if origin is not None:  # "called at line N" of the joined cells -> the cell and the line in it
+        message = _CALLED_AT.sub(lambda m: _cell_ref(int(m.group(1)), origin), message)
     if origin is not None and 0 < line <= len(origin):
         cell, cell_line = origin[line - 1]
         file_line = starts[cell] + cell_line - 1 if cell in starts else None
