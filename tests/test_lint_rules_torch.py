@@ -451,3 +451,12 @@ def test_pt002_quiet_when_the_file_reads_the_current_device():
            "    def wrap(self, net):\n        net = net.to(self.device)\n"
            "        return DistributedDataParallel(net, device_ids=[torch.cuda.current_device()])\n")
     assert "PT002" not in ids(src)
+
+
+def test_pt002_device_0_is_each_process_own_gpu_after_per_rank_visible_devices():
+    src = ("import os\nimport torch\nimport torch.distributed as dist\n"
+           "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+           "def worker(rank, n):\n    os.environ['CUDA_VISIBLE_DEVICES'] = str(rank)\n"
+           "    dist.init_process_group('nccl', rank=rank, world_size=n)\n"
+           "    model = DDP(Net().to('cuda:0'), device_ids=[0])\n")
+    assert "PT002" not in ids(src)

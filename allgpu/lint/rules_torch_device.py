@@ -26,9 +26,16 @@ _SETS_DEVICE = ("torch.cuda.set_device", "torch.cuda.device", "torch.accelerator
                 "torch.distributed.device_mesh.init_device_mesh", "torch.distributed.init_device_mesh")
 
 
+def _visible_per_rank(mod) -> bool:
+    """``os.environ["CUDA_VISIBLE_DEVICES"] = str(rank)``: each process sees only its GPU, as device 0."""
+    return any(const_str(t.slice) == "CUDA_VISIBLE_DEVICES" and rankish(v) for t, v in mod.subscript_assigns)
+
+
 def _device_per_rank(mod) -> bool:
     """Does each process pick its own GPU before a bare ``'cuda'`` (set_device, a device mesh, or
     ``CUDA_VISIBLE_DEVICES`` set from its rank)?"""
+    if _visible_per_rank(mod):
+        return True
     if any(qn in _SETS_DEVICE for _, qn in mod.calls):
         return True
     if any(qn == "torch.cuda.current_device" for _, qn in mod.calls):
@@ -36,9 +43,6 @@ def _device_per_rank(mod) -> bool:
     if any(_INIT_HELPER.search(qn.rsplit(".", 1)[-1].lower()) for _, qn in mod.calls
            if qn and not qn.startswith("torch.")):
         return True  # ``utils.init_distributed_mode(args)`` (DeiT, DINO, MAE): such helpers call set_device
-    for target, value in mod.subscript_assigns:
-        if const_str(target.slice) == "CUDA_VISIBLE_DEVICES" and rankish(value):
-            return True
     return False
 
 
@@ -55,6 +59,7 @@ def check_pt002(ctx) -> None:
     if not tf.started:
         return
     per_rank = _device_per_rank(mod)
+    own_gpu_is_0 = _visible_per_rank(mod)  # then cuda:0 / device_ids=[0] is this process's own GPU
     for call, qn in mod.calls:
         f = call.func
         text = None
@@ -80,11 +85,12 @@ def check_pt002(ctx) -> None:
         if text is None:
             continue
         text = text.strip().lower()
-        if _INDEXED.match(text):
+        if _INDEXED.match(text) and not (own_gpu_is_0 and text == "cuda:0"):
             ctx.emit("PT002", call, f"device {text!r} hard-coded in a distributed script: every rank uses that GPU")
         elif text == "cuda" and not per_rank:
             ctx.emit("PT002", call, "'cuda' without torch.cuda.set_device(local_rank): every rank uses GPU 0")
-    _check_ddp_device_ids(ctx)
+    if not own_gpu_is_0:
+        _check_ddp_device_ids(ctx)
 
 
 def _is_parameter(mod, node: ast.expr | None, at: ast.AST) -> bool:
