@@ -460,3 +460,10 @@ def test_pt002_device_0_is_each_process_own_gpu_after_per_rank_visible_devices()
            "    dist.init_process_group('nccl', rank=rank, world_size=n)\n"
            "    model = DDP(Net().to('cuda:0'), device_ids=[0])\n")
     assert "PT002" not in ids(src)
+
+
+def test_pt007_in_a_script_started_by_an_imported_init_helper():
+    src = "import torch\nimport util.misc as misc\nmisc.init_distributed_mode(args)\n" \
+          "torch.save(model.state_dict(), 'ckpt.pt')\n"
+    assert "PT007" in ids(src)
+    assert "PT007" not in ids(src.replace("torch.save(", "if misc.is_main_process():\n    torch.save("))

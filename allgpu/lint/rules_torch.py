@@ -11,7 +11,7 @@ import re
 
 from allgpu.lint import tfdata, torch_train
 from allgpu.lint.rank_guard import guarded, rankish
-from allgpu.lint.rules_torch_device import check_pt002  # noqa: F401  (the checker finds PT002 here)
+from allgpu.lint.rules_torch_device import INIT_HELPER, check_pt002  # noqa: F401  (the checker finds PT002 here)
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg, literal_text
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "replicate")
@@ -38,7 +38,9 @@ class TorchFacts:
                     self.wrapped = True
         self.dist = self.dist or self.wrapped
         # the file starts the job itself (a training script, not a library that merely imports dist)
-        self.started = self.wrapped or any(qn == "torch.distributed.init_process_group" for _, qn in mod.calls)
+        self.started = self.wrapped or any(qn == "torch.distributed.init_process_group" or (
+            qn and not qn.startswith("torch.") and INIT_HELPER.search(qn.rsplit(".", 1)[-1].lower()))
+            for _, qn in mod.calls)  # ``utils.init_distributed_mode(args)`` starts it too
         # ``model = smart_DDP(model)``, ``make_data_parallel(model, ...)``: DDP through a project helper
         self.helper_wrapped = any(_wraps_model(c, qn) for c, qn in mod.calls)
 

@@ -9,7 +9,7 @@ from allgpu.lint.rank_guard import rankish
 from allgpu.lint.resolve import const_str, kwarg, literal_text
 
 _INDEXED = re.compile(r"^cuda:\d+$")
-_INIT_HELPER = re.compile(r"^(init|setup|set_up|initiali[sz]e)_?(distributed|dist|ddp)|^(ddp|dist|distributed)_?(setup|init)")
+INIT_HELPER = re.compile(r"^(init|setup|set_up|initiali[sz]e)_?(distributed|dist|ddp)|^(ddp|dist|distributed)_?(setup|init)")
 
 
 def _replaced_later(mod, call: ast.Call) -> bool:
@@ -40,7 +40,7 @@ def _device_per_rank(mod) -> bool:
         return True
     if any(qn == "torch.cuda.current_device" for _, qn in mod.calls):
         return True  # ``DDP(net, device_ids=[torch.cuda.current_device()])``: the device was set per rank elsewhere
-    if any(_INIT_HELPER.search(qn.rsplit(".", 1)[-1].lower()) for _, qn in mod.calls
+    if any(INIT_HELPER.search(qn.rsplit(".", 1)[-1].lower()) for _, qn in mod.calls
            if qn and not qn.startswith("torch.")):
         return True  # ``utils.init_distributed_mode(args)`` (DeiT, DINO, MAE): such helpers call set_device
     return False
