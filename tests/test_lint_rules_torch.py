@@ -467,3 +467,19 @@ def test_pt007_in_a_script_started_by_an_imported_init_helper():
           "torch.save(model.state_dict(), 'ckpt.pt')\n"
     assert "PT007" in ids(src)
     assert "PT007" not in ids(src.replace("torch.save(", "if misc.is_main_process():\n    torch.save("))
+
+
+def test_writefile_cell_of_a_notebook_is_checked_as_a_script():
+    import json
+
+    from allgpu.lint import check_source
+    script = ("%%writefile train.py\nimport torch\nimport torch.distributed as dist\n"
+              "dist.init_process_group('nccl')\nmodel = Net().cuda()\ntorch.save(model.state_dict(), 'm.pt')\n")
+    nb = {"cells": [{"cell_type": "markdown", "source": "# DDP"},
+                    {"cell_type": "code", "source": script},
+                    {"cell_type": "code", "source": "%%writefile -a train.py\nprint('more')\n"},
+                    {"cell_type": "code", "source": "!torchrun --nproc_per_node 2 train.py\n"}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    found = {(f.rule_id, f.cell, f.line) for f in check_source(json.dumps(nb), "ddp.ipynb")}
+    assert ("PT002", 2, 5) in found and ("PT007", 2, 6) in found
+    assert all(cell == 2 for _, cell, _ in found)

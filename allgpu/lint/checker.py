@@ -21,6 +21,7 @@ from allgpu.lint.compile_check import compile_errors
 from allgpu.lint.facts import Facts
 from allgpu.lint.findings import Finding
 from allgpu.lint.notebook import NotebookError, read_notebook, source_lines_in_file
+from allgpu.lint.notebook_files import writefile_scripts
 from allgpu.lint.resolve import Module
 
 CHECKS = (
@@ -135,6 +136,7 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
         findings += [Finding(filename, line, 1, "E999", "error", f"cell does not parse: {msg}", cell=cell,
                              file_line=starts[cell] + line - 1 if cell in starts else None)
                      for cell, line, msg in nb.bad_cells]
+        findings += _writefile_findings(text, filename, starts, select, ignore)
         text, origin = nb.text, nb.origin
     try:
         tree = ast.parse(text, filename=filename)
@@ -190,6 +192,17 @@ def _located(filename: str, line: int, col: int, rule_id: str, message: str, ori
         file_line = starts[cell] + cell_line - 1 if cell in starts else None
         return Finding(filename, cell_line, col, rule_id, severity, message, cell=cell, file_line=file_line)
     return Finding(filename, line, col, rule_id, severity, message)
+
+
+def _writefile_findings(raw: str, filename: str, starts: dict[int, int], select, ignore) -> list[Finding]:
+    """Check each ``%%writefile x.py`` cell as its own script; its line N is line N+1 of the cell."""
+    out = []
+    for cell, name, body in writefile_scripts(raw):
+        for f in _check_source(body, name, select, ignore):
+            line = f.line + 1
+            out.append(Finding(filename, line, f.col, f.rule_id, f.severity, f"{f.message} (in {name})", cell=cell,
+                               file_line=starts[cell] + line - 1 if cell in starts else None))
+    return out
 
 
 def _keep(findings: list[Finding], select, ignore) -> list[Finding]:
