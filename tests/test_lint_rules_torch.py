@@ -483,3 +483,12 @@ def test_writefile_cell_of_a_notebook_is_checked_as_a_script():
     found = {(f.rule_id, f.cell, f.line) for f in check_source(json.dumps(nb), "ddp.ipynb")}
     assert ("PT002", 2, 5) in found and ("PT007", 2, 6) in found
     assert all(cell == 2 for _, cell, _ in found)
+
+
+def test_pt007_message_names_the_per_node_guard():
+    from allgpu.lint import check_source
+    src = DDP_HEAD + "if local_rank == 0:\n    torch.save(model.state_dict(), 'm.pt')\n"
+    (f,) = [f for f in check_source(src, "t.py") if f.rule_id == "PT007"]
+    assert "per-node" in f.message
+    (g,) = [f for f in check_source(DDP_HEAD + "torch.save(model.state_dict(), 'm.pt')\n", "t.py") if f.rule_id == "PT007"]
+    assert "every rank" in g.message

@@ -101,3 +101,14 @@ def guarded(mod, node: ast.AST, depth: int = 0) -> bool:
             return all(guarded(mod, s, depth + 1) for s in sites)  # no call site here: cannot tell
         child = anc
     return False
+
+
+def node_guarded(mod, node: ast.AST, depth: int = 0) -> bool:
+    """Is ``node`` under a per-node test only (``if local_rank == 0``), here or at a call site of its function?
+    Used to word the finding: one writer per machine rather than every rank."""
+    for anc in mod.ancestors(node):
+        if isinstance(anc, ast.If) and rank_kinds(anc.test, mod) == {"node"}:
+            return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return depth < 2 and any(node_guarded(mod, s, depth + 1) for s in mod.callers(anc))
+    return False

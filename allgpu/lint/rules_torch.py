@@ -10,7 +10,7 @@ import ast
 import re
 
 from allgpu.lint import tfdata, torch_train
-from allgpu.lint.rank_guard import guarded, rankish
+from allgpu.lint.rank_guard import guarded, node_guarded, rankish
 from allgpu.lint.rules_torch_device import INIT_HELPER, check_pt002  # noqa: F401  (the checker finds PT002 here)
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg, literal_text
 
@@ -282,7 +282,12 @@ def check_pt007(ctx) -> None:
     for call, qn in ctx.mod.calls:
         if qn != "torch.save" or (len(call.args) > 1 and rankish(call.args[1])):
             continue  # a per-rank file (``f"shard_{rank}.pt"``) is meant to be written by every rank
-        if not guarded(ctx.mod, call):
+        if guarded(ctx.mod, call):
+            continue
+        if node_guarded(ctx.mod, call):
+            ctx.emit("PT007", call, "torch.save guarded by a per-node rank (local_rank): on several machines one "
+                                    "process per node writes the same file; guard with `dist.get_rank() == 0`")
+        else:
             ctx.emit("PT007", call, "torch.save runs on every rank: guard it with `if dist.get_rank() == 0:`")
 
 
