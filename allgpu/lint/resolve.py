@@ -9,6 +9,7 @@ The checker never imports the user's code; everything here reads the ``ast`` onl
 from __future__ import annotations
 
 import ast
+import bisect
 from functools import cached_property
 
 # Nodes that can make ``compile()`` refuse a tree ``ast.parse`` accepted (see compile_check.py).
@@ -250,13 +251,18 @@ class Module:
             return self._nearest(defs, func)
         return []
 
-    @staticmethod
-    def _nearest(defs: list, node: ast.AST) -> list:
+    def _nearest(self, defs: list, node: ast.AST) -> list:
         if len(defs) <= 1:
             return defs
-        line = getattr(node, "lineno", 0)
-        above = [d for d in defs if d.lineno <= line]
-        return [max(above, key=lambda d: d.lineno)] if above else [min(defs, key=lambda d: d.lineno)]
+        # the last definition at or above the call, else the first one below: bisect over the sorted lines
+        cache = self.__dict__.setdefault("_nearest_cache", {})
+        entry = cache.get(id(defs))
+        if entry is None or entry[0] is not defs:
+            ordered = sorted(defs, key=lambda d: d.lineno)
+            entry = cache[id(defs)] = (defs, [d.lineno for d in ordered], ordered)
+        _, lines, ordered = entry
+        i = bisect.bisect_right(lines, getattr(node, "lineno", 0))
+        return [ordered[i - 1]] if i else [ordered[0]]
 
     def callers(self, fn: ast.AST) -> list[ast.Call]:
         """Calls in this file that resolve to ``fn``."""
