@@ -12,9 +12,15 @@ import ast
 import bisect
 from functools import cached_property
 
-# Nodes that can make ``compile()`` refuse a tree ``ast.parse`` accepted (see compile_check.py).
-_COMPILE_WATCH = (ast.Return, ast.Break, ast.Continue, ast.Yield, ast.YieldFrom, ast.Await, ast.Nonlocal,
-                  ast.Global, ast.Starred)
+# What Module's single pass indexes, by node class. "watch": nodes that can make ``compile()`` refuse a tree
+# ``ast.parse`` accepted (see compile_check.py).
+_KINDS: dict[type, str] = {
+    ast.Call: "call", ast.Attribute: "attr", ast.For: "loop", ast.AsyncFor: "loop", ast.While: "loop",
+    ast.Name: "name", ast.Import: "import", ast.ImportFrom: "from", ast.Assign: "assign", ast.AnnAssign: "assign",
+    ast.withitem: "with", ast.FunctionDef: "def", ast.AsyncFunctionDef: "def", ast.ClassDef: "class",
+    **{t: "watch" for t in (ast.Return, ast.Break, ast.Continue, ast.Yield, ast.YieldFrom, ast.Await,
+                            ast.Nonlocal, ast.Global, ast.Starred)},
+}
 
 _PREFIXES = (
     ("tensorflow.compat.v1.", "tensorflow."),
@@ -113,16 +119,18 @@ class Module:
         self.loops: list[ast.For | ast.AsyncFor | ast.While] = []
         self.subscript_assigns: list[tuple[ast.Subscript, ast.expr]] = []
         self.compile_watch: list[ast.AST] = []  # the rare nodes compile_check looks at
-        watch = _COMPILE_WATCH
         all_calls: list[ast.Call] = []
         parent = self.parent
         AST = ast.AST
         stack: list[ast.AST] = [tree]
+        kinds = _KINDS
         while stack:  # one pass: parent links and indexes (ast.walk + iter_child_nodes costs twice as much)
             node = stack.pop()
             for fname in node._fields:
+                if fname == "ctx":  # Load/Store/Del markers: nothing to index, a third of all nodes
+                    continue
                 value = getattr(node, fname, None)
-                if isinstance(value, list):
+                if type(value) is list:
                     for child in value:
                         if isinstance(child, AST):
                             parent[id(child)] = node
@@ -130,52 +138,61 @@ class Module:
                 elif isinstance(value, AST):
                     parent[id(value)] = node
                     stack.append(value)
-            if isinstance(node, ast.Call):
+            kind = kinds.get(type(node))  # one dict lookup instead of a chain of isinstance tests
+            if kind is None:
+                continue
+            if kind == "call":
                 all_calls.append(node)
-            elif isinstance(node, ast.Attribute):
+            elif kind == "attr":
                 self.attrs.setdefault(node.attr, []).append(node)
-            elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            elif kind == "loop":
                 self.loops.append(node)
-            elif isinstance(node, ast.Name):
+            elif kind == "name":
                 self.name_ids.add(node.id)
-            elif isinstance(node, ast.Import):
+            elif kind == "import":
                 for a in node.names:
                     if a.asname:
                         self.aliases[a.asname] = normalise(a.name)
                     else:
                         root = a.name.split(".")[0]
                         self.aliases[root] = root
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                for a in node.names:
-                    self.aliases[a.asname or a.name] = normalise(f"{node.module}.{a.name}")
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for t in targets:
-                    if isinstance(t, ast.Subscript):
-                        self.subscript_assigns.append((t, node.value))
-                    if isinstance(t, (ast.Tuple, ast.List)):
-                        value = node.value
-                        # ``a, b = x, y``: each name gets its own element; otherwise the whole value
-                        pairs = (zip(t.elts, value.elts) if isinstance(value, (ast.Tuple, ast.List))
-                                 and len(value.elts) == len(t.elts) else ((e, value) for e in t.elts))
-                    else:
-                        pairs = ((t, node.value),)
-                    for sub, val in pairs:
-                        key = dotted(sub)
-                        if key:
-                            self.assigns.setdefault(key, []).append(val)
-            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-                key = dotted(node.optional_vars)
-                if key:
-                    self.assigns.setdefault(key, []).append(node.context_expr)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            elif kind == "from":
+                if node.module and node.level == 0:
+                    for a in node.names:
+                        self.aliases[a.asname or a.name] = normalise(f"{node.module}.{a.name}")
+            elif kind == "assign":
+                if node.value is not None:
+                    self._index_assign(node)
+            elif kind == "with":
+                if node.optional_vars is not None:
+                    key = dotted(node.optional_vars)
+                    if key:
+                        self.assigns.setdefault(key, []).append(node.context_expr)
+            elif kind == "def":
                 self.functions.setdefault(node.name, []).append(node)
-            elif isinstance(node, ast.ClassDef):
+            elif kind == "class":
                 self.classes.setdefault(node.name, []).append(node)
-            elif isinstance(node, watch):
+            else:
                 self.compile_watch.append(node)
         self._qn_cache: dict[int, str | None] = {}
         self.calls: list[tuple[ast.Call, str | None]] = [(c, self.qualname(c.func)) for c in all_calls]
+
+    def _index_assign(self, node: ast.Assign | ast.AnnAssign) -> None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for t in targets:
+            if isinstance(t, ast.Subscript):
+                self.subscript_assigns.append((t, node.value))
+            if isinstance(t, (ast.Tuple, ast.List)):
+                value = node.value
+                # ``a, b = x, y``: each name gets its own element; otherwise the whole value
+                pairs = (zip(t.elts, value.elts) if isinstance(value, (ast.Tuple, ast.List))
+                         and len(value.elts) == len(t.elts) else ((e, value) for e in t.elts))
+            else:
+                pairs = ((t, node.value),)
+            for sub, val in pairs:
+                key = dotted(sub)
+                if key:
+                    self.assigns.setdefault(key, []).append(val)
 
     # --- names -------------------------------------------------------------------------------------
     def qualname(self, node: ast.AST | None, _depth: int = 0) -> str | None:
