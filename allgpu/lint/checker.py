@@ -21,6 +21,7 @@ from allgpu.lint.compile_check import compile_errors
 from allgpu.lint.facts import Facts
 from allgpu.lint.findings import Finding
 from allgpu.lint.notebook import NotebookError, read_notebook, source_lines_in_file
+from allgpu.lint.project import Importer
 from allgpu.lint.notebook_files import writefile_scripts
 from allgpu.lint.resolve import Module
 
@@ -81,6 +82,8 @@ class _Context:
         return rules_torch.TorchFacts(self.mod)
 
     def emit(self, rule_id: str, node: ast.AST, message: str | None = None) -> None:
+        if self.mod.is_foreign(node):  # inside another module of the project: not this file's line
+            return
         self.emitted.append((rule_id, getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1,
                              message or RULES[rule_id].message))
 
@@ -95,13 +98,15 @@ def _suppressed(line_text: str, rule_id: str) -> bool:
     return rule_id in ids
 
 
-def check_source(text: str, filename: str = "<string>", select=None, ignore=None) -> list[Finding]:
+def check_source(text: str, filename: str = "<string>", select=None, ignore=None, importer=None) -> list[Finding]:
     """Check one script (or the JSON text of a notebook when ``filename`` ends in ``.ipynb``).
 
     Args:
         text: the file's content; it is parsed, never imported or run.
         filename: used in the findings and to recognise notebooks.
-        select / ignore: rule ids or prefixes (``"TF"``, ``["PT002"]``); ``None`` selects all.
+        select / ignore: rule ids or prefixes (``"TF"``, ``["PT002"]``); ``None`` selects every rule on by default.
+        importer: resolves imports of the project's other modules (``allgpu.lint.project.Importer``);
+            :func:`check_path` sets one, so helpers in sibling files are followed.
 
     Returns:
         Findings sorted by position; a file that does not parse gives one ``E999`` finding at its line.
@@ -118,13 +123,13 @@ def check_source(text: str, filename: str = "<string>", select=None, ignore=None
         with warnings.catch_warnings():  # the parser's warnings about the user's code are not ours to print
             warnings.simplefilter("ignore", SyntaxWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
-            return _check_source(text, filename, select, ignore)
+            return _check_source(text, filename, select, ignore, importer)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
+def _check_source(text: str, filename: str, select, ignore, importer=None) -> list[Finding]:
     findings: list[Finding] = []
     origin, starts = None, {}
     if filename.endswith(".ipynb"):
@@ -148,7 +153,7 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
     except (ValueError, RecursionError, MemoryError) as exc:
         findings.append(Finding(filename, 1, 1, "E999", "error", f"file does not parse: {exc}"))
         return _keep(findings, select, ignore)
-    mod = Module(tree, text)
+    mod = Module(tree, text, importer)
     refused = compile_errors(mod, notebook=origin is not None)
     if refused:  # Python would not run this file: report it like a syntax error, check nothing else
         line, col, msg = refused[0]
@@ -235,7 +240,7 @@ def check_path(path: Path, select=None, ignore=None) -> list[Finding]:
     except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
         return _keep([Finding(name, 1, 1, "E999", "error", f"cannot read file: {exc}")],
                      parse_rule_list(select), parse_rule_list(ignore))
-    return check_source(text, name, select, ignore)
+    return check_source(text, name, select, ignore, importer=Importer(path))
 
 
 def iter_files(paths: Iterable[str]) -> Iterator[Path]:

@@ -106,9 +106,13 @@ class Module:
         calls: every ``ast.Call`` with the normalised qualified name of what it calls (or None).
     """
 
-    def __init__(self, tree: ast.Module, source: str):
+    def __init__(self, tree: ast.Module, source: str, importer=None):
         self.tree = tree
         self.source = source
+        # Sibling modules of the project (allgpu.lint.project.Importer); their nodes are "foreign": rules follow
+        # their functions but never report at their lines.
+        self.importer = importer
+        self._foreign: list[Module] = []
         self.aliases: dict[str, str] = {}
         self.assigns: dict[str, list[ast.expr]] = {}
         self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
@@ -160,6 +164,10 @@ class Module:
                 if node.module and node.level == 0:
                     for a in node.names:
                         self.aliases[a.asname or a.name] = normalise(f"{node.module}.{a.name}")
+                elif node.level:  # ``from .utils import f``: kept relative, for the project importer
+                    prefix = "." * node.level + (f"{node.module}." if node.module else "")
+                    for a in node.names:
+                        self.aliases.setdefault(a.asname or a.name, prefix + a.name)
             elif kind == "assign":
                 if node.value is not None:
                     self._index_assign(node)
@@ -199,6 +207,10 @@ class Module:
         """Normalised qualified name of a name/attribute chain, through imports and module aliases."""
         if node is None or _depth > 4:
             return None
+        if self._foreign and _depth == 0:
+            owner = self.owner(node)
+            if owner is not None:
+                return owner.qualname(node)
         key = id(node)
         if _depth == 0 and key in self._qn_cache:
             return self._qn_cache[key]
@@ -220,8 +232,47 @@ class Module:
 
     def values_of(self, node: ast.AST | None) -> list[ast.expr]:
         """Every value assigned to the name/attribute ``node`` names ([] when unknown)."""
+        if self._foreign:
+            owner = self.owner(node)
+            if owner is not None:
+                return owner.values_of(node)
         key = dotted(node)
         return self.assigns.get(key, []) if key else []
+
+    # --- other modules of the project ----------------------------------------------------------------
+    def owner(self, node: ast.AST) -> Module | None:
+        """The adopted sibling module ``node`` belongs to, None for this file's own nodes."""
+        for f in self._foreign:
+            if id(node) in f.parent or node is f.tree:
+                return f
+        return None
+
+    def is_foreign(self, node: ast.AST) -> bool:
+        return bool(self._foreign) and self.owner(node) is not None
+
+    def _imported(self, func: ast.expr, table: str) -> list:
+        """Top-level functions (``table="functions"``) or classes a call names through a project import."""
+        if self.importer is None:
+            return []
+        qn = self.qualname(func)
+        if not qn or "." not in qn.lstrip("."):
+            return []
+        module, _, name = qn.rpartition(".")
+        fm = self.importer.load(module)
+        if fm is None:
+            return []
+        defs = [d for d in getattr(fm, table).get(name, []) if fm.parent.get(id(d)) is fm.tree]
+        if defs:
+            self._adopt(fm)
+        return defs[-1:]
+
+    def _adopt(self, fm: Module) -> None:
+        if any(f is fm for f in self._foreign):
+            return
+        self._foreign.append(fm)
+        self.parent.update(fm.parent)
+        if "calls_by_stmt" in self.__dict__:  # already handed out (flow holds it): extend it in place
+            self.__dict__["calls_by_stmt"].update(fm.calls_by_stmt)
 
     def is_imported(self, prefix: str) -> bool:
         """True when some import binds a name under ``prefix`` (``"torch"``, ``"tensorflow"``)."""
@@ -245,7 +296,14 @@ class Module:
 
         When a name is defined several times, the definition that binds it at the call is taken: for a method,
         the one in the caller's class; otherwise the last one above the call (else the first one below).
+        Functions imported from the project's other modules are found too when an importer is set.
         """
+        if self._foreign:
+            owner = self.owner(func)
+            if owner is not None:
+                return owner.local_functions(func)
+        if isinstance(func, ast.Name) and func.id in self.aliases:
+            return self._imported(func, "functions")
         if isinstance(func, ast.Name) and func.id not in self.aliases:
             defs = self.functions.get(func.id, [])
             if not defs:
@@ -266,6 +324,8 @@ class Module:
                     cache[key] = [d for d in defs if self.parent.get(id(d)) is cls] or defs
                 defs = cache[key]
             return self._nearest(defs, func)
+        if isinstance(func, ast.Attribute):  # ``helpers.build_model()``
+            return self._imported(func, "functions")
         return []
 
     def _nearest(self, defs: list, node: ast.AST) -> list:
@@ -294,8 +354,15 @@ class Module:
         return index.get(id(fn), [])
 
     def local_class(self, func: ast.expr) -> ast.ClassDef | None:
+        if self._foreign:
+            owner = self.owner(func)
+            if owner is not None:
+                return owner.local_class(func)
         if isinstance(func, ast.Name) and func.id in self.classes and func.id not in self.aliases:
             return self.classes[func.id][0]
+        if isinstance(func, (ast.Name, ast.Attribute)) and self.importer is not None:
+            found = self._imported(func, "classes")
+            return found[0] if found else None
         return None
 
     def class_bases(self, cls: ast.ClassDef, _seen: frozenset = frozenset()) -> set[str]:
@@ -319,6 +386,8 @@ class Module:
                 if isinstance(anc, ast.stmt):
                     out.setdefault(id(anc), []).append(call)
                     break
+        for f in self._foreign:
+            out.update(f.calls_by_stmt)
         return out
 
     @cached_property
