@@ -354,3 +354,9 @@ def test_notebook_builder_in_one_cell_called_under_scope_in_another_and_baseline
     late = json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells + ["base.fit(x, y)"]]})
     [f] = [f for f in check_source(late, "n.ipynb") if f.rule_id == "TF001"]
     assert (f.cell, f.line) == (1, 3) and "called at cell 2, line 1" in f.message
+
+
+def test_tf011_quiet_in_tf1_graph_mode():
+    src = HEAD + "def step(x):\n    return x\nloss = strategy.run(step, args=(x,))\nwith tf.compat.v1.Session() as s:\n    s.run(loss)\n"
+    assert "TF011" not in ids(src)
+    assert "TF011" in ids(src.replace("with tf.compat.v1.Session() as s:\n    s.run(loss)\n", ""))

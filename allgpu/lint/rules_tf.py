@@ -329,9 +329,15 @@ def _is_tf_function(mod, fn, wrapped: set[str]) -> bool:
     return False
 
 
+_GRAPH_MODE = {"tensorflow.Session", "tensorflow.disable_eager_execution", "tensorflow.disable_v2_behavior",
+               "tensorflow.InteractiveSession"}
+
+
 def check_tf011(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
     if not facts.has_strategy("tf", multi_device=False):
+        return
+    if any(qn in _GRAPH_MODE for _, qn in mod.calls):  # TF1 graph mode: strategy.run builds a graph, once
         return
     wrapped = {c.args[0].id for c, qn in mod.calls
                if qn == "tensorflow.function" and c.args and isinstance(c.args[0], ast.Name)}
