@@ -106,7 +106,9 @@ def test_tf002_quiet_tensor_pinned():
     "tf.config.set_visible_devices(gpus[:1], 'GPU')",
 ])
 def test_tf003_narrowed(stmt):
-    assert "TF003" in ids(f"import os\nimport tensorflow as tf\ngpus = tf.config.list_physical_devices('GPU')\n{stmt}\n")
+    src = f"import os\nimport tensorflow as tf\ngpus = tf.config.list_physical_devices('GPU')\n{stmt}\n"
+    assert "TF003" in ids(src + "strategy = tf.distribute.MirroredStrategy()\n")
+    assert "TF003" not in ids(src)  # a one-GPU script choosing its GPU: no multi-device intent
 
 
 @pytest.mark.parametrize("stmt", [

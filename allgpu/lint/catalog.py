@@ -30,7 +30,8 @@ _R = [
          "Setting CUDA_VISIBLE_DEVICES to a single id, or `tf.config.set_visible_devices(gpus[0], 'GPU')`,\n"
          "hides every other GPU from the process: a MirroredStrategy then has one replica.\n"
          "Fix: delete the line and choose devices when launching (`CUDA_VISIBLE_DEVICES=0,1 python train.py`),\n"
-         "or list several: `MirroredStrategy(devices=['/gpu:0', '/gpu:1'])`. '-1' (hide all) is not flagged."),
+         "or list several: `MirroredStrategy(devices=['/gpu:0', '/gpu:1'])`. '-1' (hide all) is not flagged, nor\n"
+         "a script with no multi-device intent (no multi-device strategy, multi_gpu_model or num_gpus setting)."),
     Rule("TF004", "error", "dataset-not-distributed",
          "strategy.run fed from a dataset that was not distributed",
          "In a custom loop, each replica must get its own slice of the global batch. Iterating a plain\n"

@@ -132,10 +132,17 @@ def _baseline_before_strategy(ctx, stack: list) -> bool:
     return True
 
 
+def multi_device_intent(ctx) -> bool:
+    """The script means to use several devices: a multi-device tf.distribute strategy, ``multi_gpu_model``, or a
+    ``num_gpus``-style name. Without it, pinning or choosing one GPU is simply how a one-GPU script runs."""
+    mod = ctx.mod
+    return (ctx.facts.has_strategy("tf") or any(n.lower() in _INTENT_NAMES for n in mod.name_ids)
+            or "num_gpus" in mod.attrs or "multi_gpu_model" in mod.name_ids or "multi_gpu_model" in mod.attrs)
+
+
 def check_tf002(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
-    intent = facts.has_strategy("tf") or any(n.lower() in _INTENT_NAMES for n in mod.name_ids) or "num_gpus" in mod.attrs
-    if not intent:
+    if not multi_device_intent(ctx):
         return
     for call, qn in mod.calls:
         if qn != "tensorflow.device" or not call.args:
@@ -171,6 +178,8 @@ def _narrow_list(mod, node: ast.expr) -> bool:
 def check_tf003_visible(ctx) -> None:
     """``tf.config.set_visible_devices`` with one GPU (CUDA_VISIBLE_DEVICES is in rules_env)."""
     mod = ctx.mod
+    if not multi_device_intent(ctx):
+        return
     for call, qn in mod.calls:
         if qn not in ("tensorflow.config.set_visible_devices", "tensorflow.config.experimental.set_visible_devices"):
             continue
