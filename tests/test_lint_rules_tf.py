@@ -362,3 +362,17 @@ def test_tf011_quiet_in_tf1_graph_mode():
     src = HEAD + "def step(x):\n    return x\nloss = strategy.run(step, args=(x,))\nwith tf.compat.v1.Session() as s:\n    s.run(loss)\n"
     assert "TF011" not in ids(src)
     assert "TF011" in ids(src.replace("with tf.compat.v1.Session() as s:\n    s.run(loss)\n", ""))
+
+
+def test_tf007_constant_batch_even_when_the_replica_count_is_printed():
+    src = (HEAD + "print(strategy.num_replicas_in_sync)\nds = tf.data.Dataset.range(8).batch(64).prefetch(1)\n"
+           "pds = tf.data.Dataset.range(8).padded_batch(4).prefetch(1)\nmodel.fit(ds)\n")
+    from allgpu.lint import check_source
+    assert [f.line for f in check_source(src, "t.py") if f.rule_id == "TF007"] == [5, 6]
+    scaled = HEAD + "BATCH = 64\nBATCH *= strategy.num_replicas_in_sync\nds = tf.data.Dataset.range(8).batch(BATCH)\n"
+    assert "TF007" not in ids(scaled + "model.fit(ds.prefetch(1))\n")
+
+
+def test_tf007_fit_batch_size_ignored_for_datasets():
+    assert "TF007" in ids(HEAD.replace("B = 64 * strategy.num_replicas_in_sync\n", "") + "model.fit(x_train, y_train, batch_size=32)\n")
+    assert "TF007" not in ids(HEAD + "train_dataset = loader.get()\nmodel.fit(train_dataset, batch_size=32)\n")

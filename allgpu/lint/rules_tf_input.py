@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from allgpu.lint import tfdata
-from allgpu.lint.resolve import has_star_kwargs, iter_body_nodes, kwarg
+from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg
 
 
 def _const_int(mod, node: ast.expr | None) -> int | None:
@@ -38,32 +38,61 @@ def _per_replica_context(mod, call: ast.Call) -> bool:
     return False
 
 
+_DATASET_WORDS = ("dataset", "ds", "data_gen", "generator", "loader", "iterator", "flow")
+
+
+def _dataset_like(mod, call: ast.Call) -> bool:
+    """``fit(x, batch_size=...)`` where x is a dataset or generator: Keras ignores ``batch_size`` then."""
+    x = call.args[0] if call.args else kwarg(call, "x")
+    if x is None:
+        return False
+    if tfdata.classify(mod, x) is not None:
+        return True
+    name = (dotted(x) or "").rsplit(".", 1)[-1].lower()
+    return any(w == name or name.endswith("_" + w) or name.startswith(w + "_") or w in name.split("_")
+               for w in _DATASET_WORDS)
+
+
 def _before_any_strategy(ctx, call: ast.Call) -> bool:
     """A module-level statement that runs before the first strategy is constructed (default strategy)."""
     first = min((c.lineno for c, fw, _ in ctx.facts.strategy_calls if fw == "tf"), default=None)
     return first is not None and call.lineno < first and ctx.mod.enclosing_function(call) is None
 
 
+def _rescaled_names(mod) -> set[str]:
+    """Names changed in place (``BATCH *= strategy.num_replicas_in_sync``): not constants."""
+    out = mod.__dict__.get("_augassigned")
+    if out is None:
+        out = {dotted(n.target) for n in ast.walk(mod.tree) if isinstance(n, ast.AugAssign)} - {None}
+        mod.__dict__["_augassigned"] = out
+    return out
+
+
 def check_tf007(ctx) -> None:
+    """A literal (or a name only ever bound to one literal) as the batch under a multi-device strategy.
+
+    A batch computed from ``num_replicas_in_sync`` is not a constant, so mentioning it elsewhere in the file
+    (printing the replica count) does not silence a ``.batch(64)`` that ignores it.
+    """
     mod, facts = ctx.mod, ctx.facts
-    if not facts.has_strategy("tf") or {"num_replicas_in_sync", "get_per_replica_batch_size"} & mod.attrs.keys():
+    if not facts.has_strategy("tf"):
         return
     for call, _ in mod.calls:
         f = call.func
         if not isinstance(f, ast.Attribute):
             continue
-        if f.attr == "batch" and call.args and tfdata.classify(mod, f.value) == "tfdata":
+        if f.attr in ("batch", "padded_batch") and call.args and tfdata.classify(mod, f.value) == "tfdata":
             arg = call.args[0]
             if _per_replica_context(mod, call):
                 continue
         elif f.attr == "fit":
             arg = kwarg(call, "batch_size")
-            if _before_any_strategy(ctx, call):
+            if _before_any_strategy(ctx, call) or _dataset_like(mod, call):
                 continue
         else:
             continue
         size = _const_int(mod, arg)
-        if size is not None and not _named_global(arg):
+        if size is not None and not _named_global(arg) and dotted(arg) not in _rescaled_names(mod):
             ctx.emit("TF007", call, f"batch size {size} is fixed: with N replicas each GPU gets {size}/N; "
                                     "scale it by strategy.num_replicas_in_sync")
 
