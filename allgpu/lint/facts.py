@@ -82,6 +82,13 @@ class Facts:
                         out[name] = returning[v.func.id]
         return out
 
+    def first_strategy_line(self, framework: str) -> int | None:
+        """The line of the first strategy constructor of ``framework`` in the file (None when there is none)."""
+        cache = self.__dict__.setdefault("_first_strategy_line", {})
+        if framework not in cache:
+            cache[framework] = min((c.lineno for c, fw, _ in self.strategy_calls if fw == framework), default=None)
+        return cache[framework]
+
     def has_strategy(self, framework: str, multi_device: bool = True) -> bool:
         """A strategy of ``framework`` is constructed; with ``multi_device``, one that can span several devices
         (not ``OneDeviceStrategy``, nor a ``MirroredStrategy(devices=[one literal device])``)."""

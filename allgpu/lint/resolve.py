@@ -18,6 +18,7 @@ _KINDS: dict[type, str] = {
     ast.Call: "call", ast.Attribute: "attr", ast.For: "loop", ast.AsyncFor: "loop", ast.While: "loop",
     ast.Name: "name", ast.Import: "import", ast.ImportFrom: "from", ast.Assign: "assign", ast.AnnAssign: "assign",
     ast.withitem: "with", ast.FunctionDef: "def", ast.AsyncFunctionDef: "def", ast.ClassDef: "class",
+    ast.AugAssign: "aug",
     **{t: "watch" for t in (ast.Return, ast.Break, ast.Continue, ast.Yield, ast.YieldFrom, ast.Await,
                             ast.Nonlocal, ast.Global, ast.Starred)},
 }
@@ -123,6 +124,7 @@ class Module:
         self.loops: list[ast.For | ast.AsyncFor | ast.While] = []
         self.subscript_assigns: list[tuple[ast.Subscript, ast.expr]] = []
         self.compile_watch: list[ast.AST] = []  # the rare nodes compile_check looks at
+        self.augassigned: set[str | None] = set()  # targets of ``x += ...``: names that are not constants
         all_calls: list[ast.Call] = []
         parent = self.parent
         AST = ast.AST
@@ -180,6 +182,8 @@ class Module:
                 self.functions.setdefault(node.name, []).append(node)
             elif kind == "class":
                 self.classes.setdefault(node.name, []).append(node)
+            elif kind == "aug":
+                self.augassigned.add(dotted(node.target))
             else:
                 self.compile_watch.append(node)
         self._qn_cache: dict[int, str | None] = {}

@@ -113,11 +113,7 @@ def _baseline_before_strategy(ctx, stack: list) -> bool:
     top = stack[0] if stack else None
     if not isinstance(top, ast.Assign):
         return False
-    cache = ctx.mod.__dict__
-    if "_first_tf_strategy" not in cache:
-        cache["_first_tf_strategy"] = min((c.lineno for c, fw, _ in ctx.facts.strategy_calls if fw == "tf"),
-                                          default=None)
-    first = cache["_first_tf_strategy"]
+    first = ctx.facts.first_strategy_line("tf")
     names = [t.id for t in top.targets if isinstance(t, ast.Name)]
     if first is None or top.lineno >= first or not names:
         return False

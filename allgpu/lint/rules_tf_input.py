@@ -55,17 +55,13 @@ def _dataset_like(mod, call: ast.Call) -> bool:
 
 def _before_any_strategy(ctx, call: ast.Call) -> bool:
     """A module-level statement that runs before the first strategy is constructed (default strategy)."""
-    first = min((c.lineno for c, fw, _ in ctx.facts.strategy_calls if fw == "tf"), default=None)
+    first = ctx.facts.first_strategy_line("tf")
     return first is not None and call.lineno < first and ctx.mod.enclosing_function(call) is None
 
 
-def _rescaled_names(mod) -> set[str]:
+def _rescaled_names(mod) -> set:
     """Names changed in place (``BATCH *= strategy.num_replicas_in_sync``): not constants."""
-    out = mod.__dict__.get("_augassigned")
-    if out is None:
-        out = {dotted(n.target) for n in ast.walk(mod.tree) if isinstance(n, ast.AugAssign)} - {None}
-        mod.__dict__["_augassigned"] = out
-    return out
+    return mod.augassigned
 
 
 def check_tf007(ctx) -> None:
