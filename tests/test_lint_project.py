@@ -35,7 +35,7 @@ def test_model_built_by_helper_module_outside_scope_reported_at_the_call(tmp_pat
     """)
     assert ("TF001", 5) in rules(main)
     [f] = [f for f in check_path(main) if f.rule_id == "TF001"]
-    assert "build_model()" in f.message and f.path == str(main)
+    assert "build_model()" in f.message and "[helpers.py]" in f.message and f.path == str(main)
 
 
 def test_helper_module_called_in_scope_is_quiet_and_helper_lines_never_reported(tmp_path):

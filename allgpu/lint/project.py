@@ -69,6 +69,7 @@ def _parse(path: Path):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 mod = Module(ast.parse(text, filename=str(path)), text)
+                mod.path = path  # for messages: "built in helpers.py"
         except (SyntaxError, ValueError, RecursionError, MemoryError, OSError):
             mod = None
     if len(_CACHE) > 256:

@@ -82,14 +82,16 @@ def check_tf001(ctx) -> None:
             return
         names = stack_targets(stack) & trained
         if names and not _baseline_before_strategy(ctx, stack):
-            site = call
-            if ctx.mod.is_foreign(call):  # built in another module of the project: report where it is called
+            site, where = call, ""
+            owner = ctx.mod.owner(call) if ctx.mod.is_foreign(call) else None
+            if owner is not None:  # built in another module of the project: report where it is called
                 site = next((st for st in reversed(stack) if isinstance(st, ast.stmt)
                              and not ctx.mod.is_foreign(st)), None)
                 if site is None:
                     return
+                where = f" [{getattr(getattr(owner, 'path', None), 'name', 'another module')}]"
             ctx.emit("TF001", site, f"{kind} `{sorted(names)[0]}` created outside strategy.scope(): "
-                                    f"its variables live on one device{call_site_note(stack)}")
+                                    f"its variables live on one device{call_site_note(stack)}{where}")
 
     walk_scopes(facts, on_call)
 
