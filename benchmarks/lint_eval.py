@@ -77,6 +77,12 @@ def run_corpus(args) -> int:
         if missing:
             print(f"  {len(missing)} file(s) of {split} missing from the cache (run fetch.py): {', '.join(missing)}")
         ok = report_split(split, sc, args.mistakes) and ok
+        if scored is not None:  # the pitfalls of rules that are off by default are still pitfalls: count them
+            off = sum(1 for r in rows if r["split"] == split and r["id"] not in missing
+                      for rid in {x for x in r["expected"].split(",") if x} if rid not in scored)
+            t = sc.total
+            print(f"  against every labelled pitfall ({off} of them belong to rules off by default): "
+                  f"recall {t.tp / max(t.tp + t.fn + off, 1):.2f}")
     if not args.all_rules and DEFAULT_OFF:
         print(f"off by default (not scored): {', '.join(sorted(DEFAULT_OFF))}")
     return 0 if ok else 1

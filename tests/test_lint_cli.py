@@ -172,3 +172,8 @@ def test_parser_warnings_about_user_code_are_not_printed():
             "check_source('y = 1if 2 else 3\\nz = \"\\\\d\"\\n', 'a.py')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr
+
+
+def test_notebook_percent_formatting_on_a_continuation_line_is_python_not_a_magic():
+    nb = notebook(("code", "x = 1\nprint('epoch %d'\n      %(x))\n%time y = 2\n!ls"))
+    assert check_source(nb, "nb.ipynb") == []

@@ -1,7 +1,7 @@
 """TensorFlow/Keras rules: each must fire on its pitfall and stay quiet on the near-misses of issue 3."""
 
 import pytest
-from tests.lint_helpers import ids
+from tests.lint_helpers import ALL_RULES, ids
 
 HEAD = "import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\nB = 64 * strategy.num_replicas_in_sync\n"
 
@@ -236,7 +236,7 @@ for i, batch in enumerate(ds):
 def test_tf012_mwms_without_cluster_only_when_selected():
     from allgpu.lint import check_source
     src = "import tensorflow as tf\ns = tf.distribute.MultiWorkerMirroredStrategy()\n"
-    assert "TF012" not in ids(src)  # off by default (DEFAULT_OFF): TF_CONFIG usually comes from the launcher
+    assert "TF012" not in {f.rule_id for f in check_source(src, "t.py")}  # off by default (DEFAULT_OFF)
     assert [f.rule_id for f in check_source(src, "t.py", select="TF012")] == ["TF012"]
     assert "TF012" in {f.rule_id for f in check_source(src, "t.py", select="TF")}
 
@@ -288,7 +288,7 @@ def test_tf007_quiet_on_fit_before_any_strategy():
            "strategy = tf.distribute.MirroredStrategy()\nwith strategy.scope():\n    m2 = build()\n"
            "m2.fit(x, y, batch_size=8)\n")
     from allgpu.lint import check_source
-    assert [f.line for f in check_source(src, "t.py") if f.rule_id == "TF007"] == [7]
+    assert [f.line for f in check_source(src, "t.py", select=ALL_RULES) if f.rule_id == "TF007"] == [7]
 
 
 def test_tf011_lambda_run_eagerly():
@@ -352,9 +352,9 @@ def test_notebook_builder_in_one_cell_called_under_scope_in_another_and_baseline
              "with strategy.scope():\n    model = build()\n    model.compile('adam', 'mse')",
              "model.fit(x, y)"]
     nb = json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells]})
-    assert [f.rule_id for f in check_source(nb, "n.ipynb") if f.rule_id == "TF001"] == []
+    assert [f.rule_id for f in check_source(nb, "n.ipynb", select=ALL_RULES) if f.rule_id == "TF001"] == []
     late = json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells + ["base.fit(x, y)"]]})
-    [f] = [f for f in check_source(late, "n.ipynb") if f.rule_id == "TF001"]
+    [f] = [f for f in check_source(late, "n.ipynb", select=ALL_RULES) if f.rule_id == "TF001"]
     assert (f.cell, f.line) == (1, 3) and "called at cell 2, line 1" in f.message
 
 
@@ -368,7 +368,7 @@ def test_tf007_constant_batch_even_when_the_replica_count_is_printed():
     src = (HEAD + "print(strategy.num_replicas_in_sync)\nds = tf.data.Dataset.range(8).batch(64).prefetch(1)\n"
            "pds = tf.data.Dataset.range(8).padded_batch(4).prefetch(1)\nmodel.fit(ds)\n")
     from allgpu.lint import check_source
-    assert [f.line for f in check_source(src, "t.py") if f.rule_id == "TF007"] == [5, 6]
+    assert [f.line for f in check_source(src, "t.py", select=ALL_RULES) if f.rule_id == "TF007"] == [5, 6]
     scaled = HEAD + "BATCH = 64\nBATCH *= strategy.num_replicas_in_sync\nds = tf.data.Dataset.range(8).batch(BATCH)\n"
     assert "TF007" not in ids(scaled + "model.fit(ds.prefetch(1))\n")
 
@@ -376,3 +376,13 @@ def test_tf007_constant_batch_even_when_the_replica_count_is_printed():
 def test_tf007_fit_batch_size_ignored_for_datasets():
     assert "TF007" in ids(HEAD.replace("B = 64 * strategy.num_replicas_in_sync\n", "") + "model.fit(x_train, y_train, batch_size=32)\n")
     assert "TF007" not in ids(HEAD + "train_dataset = loader.get()\nmodel.fit(train_dataset, batch_size=32)\n")
+
+
+def test_rules_below_090_held_out_precision_are_off_by_default_but_selectable():
+    from allgpu.lint import check_source
+    from allgpu.lint.catalog import DEFAULT_OFF
+    assert {"TF001", "TF007", "TF012"} <= DEFAULT_OFF
+    src = HEAD.replace("B = 64 * strategy.num_replicas_in_sync\n", "") + \
+        "model = tf.keras.Sequential([tf.keras.layers.Dense(1)])\nmodel.compile('adam', 'mse')\nmodel.fit(x, y, batch_size=32)\n"
+    assert not {"TF001", "TF007"} & {f.rule_id for f in check_source(src, "t.py")}
+    assert {"TF001", "TF007"} <= {f.rule_id for f in check_source(src, "t.py", select="TF001,TF007")}

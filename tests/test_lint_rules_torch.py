@@ -1,7 +1,7 @@
 """PyTorch and allgpu rules: each must fire on its pitfall and stay quiet on the near-misses of issue 3."""
 
 import pytest
-from tests.lint_helpers import ids
+from tests.lint_helpers import ALL_RULES, ids
 
 DDP_HEAD = """
 import os
@@ -480,7 +480,8 @@ def test_writefile_cell_of_a_notebook_is_checked_as_a_script():
                     {"cell_type": "code", "source": "%%writefile -a train.py\nprint('more')\n"},
                     {"cell_type": "code", "source": "!torchrun --nproc_per_node 2 train.py\n"}],
           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    found = {(f.rule_id, f.cell, f.line) for f in check_source(json.dumps(nb), "ddp.ipynb")}
+    found = {(f.rule_id, f.cell, f.line)
+             for f in check_source(json.dumps(nb), "ddp.ipynb", select=ALL_RULES)}  # PT002 is off by default
     assert ("PT002", 2, 5) in found and ("PT007", 2, 6) in found
     assert all(cell == 2 for _, cell, _ in found)
 

@@ -167,8 +167,10 @@ RULES: dict[str, Rule] = {r.id: r for r in _R}
 # Rules off by default: they run only when ``--select`` names them (by id or by a prefix such as ``TF``).
 # TF012: on the corpus's tuning half it was wrong every time it fired (0 of 2): real multi-worker scripts get
 # TF_CONFIG from their launcher's environment (Kubernetes TFJob, Slurm wrappers), which no static check sees.
-# Any rule whose held-out precision falls below 0.9 joins this set (README, "allgpu lint").
-DEFAULT_OFF: frozenset[str] = frozenset({"TF012"})
+# The others: held-out precision below 0.9 on the real-world corpus (2026-11-23, 99 held-out files):
+# TF001 0.17 (1 of 6), TF003 0.00 (0 of 1), TF007 0.67 (10 of 15), TF011 0.50 (1 of 2), PT002 0.50 (1 of 2).
+# They stay off until fixed and re-measured on a fresh held-out set (README, "allgpu lint").
+DEFAULT_OFF: frozenset[str] = frozenset({"TF012", "TF001", "TF003", "TF007", "TF011", "PT002"})
 
 
 def explain(rule_id: str) -> str:
