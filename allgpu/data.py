@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, Tens
 
 from allgpu.advice import workers_here
 from allgpu.data_rng import SeededExamples, loader_generator, seeded
+from allgpu.errors import DatasetTypeError, InputError
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,11 @@ class InputContext:
 def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
     """Split a global batch evenly. Raises ValueError naming both numbers and the nearest valid sizes."""
     if not isinstance(global_batch_size, int) or global_batch_size < 1:
-        raise ValueError(f"global_batch_size={global_batch_size!r}; expected a positive integer.")
+        raise InputError(f"global_batch_size={global_batch_size!r}; expected a positive integer, the examples per "
+                         "step across all replicas (e.g. 64).")
     if global_batch_size % num_replicas:
         lower = global_batch_size // num_replicas * num_replicas
-        raise ValueError(
+        raise InputError(
             f"global_batch_size={global_batch_size} is not divisible by the {num_replicas} replicas in sync, so the "
             f"replicas would get unequal batches. Fix: use a multiple of {num_replicas}, e.g. "
             f"{lower or num_replicas} or {lower + num_replicas}."
@@ -89,8 +91,11 @@ class ShardSampler(Sampler):
         self.drop_remainder = drop_remainder
         self.epoch = 0
         self.start_step = 0
+        if length == 0:
+            raise InputError("the dataset is empty (0 examples), so there is nothing to train on. Fix: check what "
+                             "built it (a path, a filter, a split that selected nothing).")
         if self.steps_per_epoch() == 0:
-            raise ValueError(
+            raise InputError(
                 f"the dataset has {length} examples, fewer than one global batch of {global_batch_size} with "
                 "drop_remainder=True, so an epoch would have no step. Fix: a smaller global_batch_size or "
                 "drop_remainder=False."
@@ -185,7 +190,7 @@ def as_map_dataset(data):
         return data.dataset
     if isinstance(data, (tuple, list)) and data and all(isinstance(t, torch.Tensor) for t in data):
         if len({t.shape[0] for t in data}) != 1:
-            raise ValueError(f"tensors of lengths {[t.shape[0] for t in data]} cannot be zipped into examples; "
+            raise InputError(f"tensors of lengths {[t.shape[0] for t in data]} cannot be zipped into examples; "
                              "expected tensors with the same first dimension, e.g. (x, y).")
         return TensorDataset(*data)
     return data
@@ -217,7 +222,7 @@ class DistributedDataset:
                  epochs: EpochCounter | None = None):
         dataset = as_map_dataset(dataset)
         if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-            raise TypeError(
+            raise DatasetTypeError(
                 f"distribute_dataset needs a map-style dataset (with __len__ and __getitem__); got "
                 f"{type(dataset).__name__}. Fix: wrap tensors in torch.utils.data.TensorDataset, or build a per-replica "
                 "pipeline with strategy.distribute_datasets_from_function(fn)."

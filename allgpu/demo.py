@@ -54,7 +54,7 @@ class DemoResult:
     diagnosis: list
 
 
-def run_demo(*, replicas: int | None = None, epochs: int = 12, global_batch_size: int = 64, lr: float = 2e-3,
+def run_demo(*, replicas: int | None = None, epochs: int = 12, global_batch_size: int | None = None, lr: float = 2e-3,
              checkpoint_dir: str | None = "allgpu_checkpoints/demo", verbose: bool = True,
              monitor: bool = True, report_dir: str | None = None) -> DemoResult:
     """Train the digits CNN with MirroredStrategy over every visible GPU (2 CPU replicas without one).
@@ -68,6 +68,9 @@ def run_demo(*, replicas: int | None = None, epochs: int = 12, global_batch_size
     if replicas is None and not any(d.is_cuda for d in allgpu.visible_devices()):
         replicas = 2
     strategy = allgpu.MirroredStrategy(num_replicas=replicas)
+    if global_batch_size is None:  # 64, rounded up to a multiple of the replicas so every replica gets as many
+        n = strategy.num_replicas_in_sync
+        global_batch_size = -(-64 // n) * n
     train, test = digits_datasets()
     torch.manual_seed(0)
     with strategy.scope():

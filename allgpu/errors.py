@@ -90,3 +90,12 @@ class MonitorUsageError(AllGpuError, RuntimeError):
 
 class ShardingError(AllGpuError, ValueError):
     """A model or optimizer that ``FullyShardedStrategy`` cannot shard as asked (e.g. a unit splitting a tied weight)."""
+
+
+class InputError(AllGpuError, ValueError):
+    """A dataset or batch size that cannot be distributed (batch 0 or not divisible, an empty dataset, batches that
+    are not ``(inputs, targets)``); the message names the numbers and the fix."""
+
+
+class DatasetTypeError(AllGpuError, TypeError):
+    """A dataset of a kind that cannot be sharded by index (an ``IterableDataset``); the message names the fix."""

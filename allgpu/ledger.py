@@ -74,11 +74,12 @@ class Ledger:
             out[rank] = Entry(**json.loads(self.store.get(key))) if self.store.check([key]) else None
         return out
 
-    def explain(self, waited_s: float | None = None) -> tuple[str, list[int]]:
-        """A paragraph naming the replicas that are behind or diverged, and their ranks."""
+    def explain(self, waited_s: float | None = None, current: str | None = None) -> tuple[str, list[int]]:
+        """A paragraph naming the replicas that are behind or diverged, and their ranks. ``current`` names the
+        collective that failed when it is not a recorded one (the gradient all-reduce, issued every step)."""
         mine = self.last
         head = f"replica {self.rank} " + (f"waited {waited_s:.1f} s in " if waited_s is not None else "failed in ")
-        head += mine.describe() if mine else "a collective"
+        head += current or (mine.describe() if mine else "a collective")
         if self.store is None:
             return head + ".", []
         try:
@@ -101,5 +102,8 @@ class Ledger:
             elif mine is not None and entry.seq > mine.seq:
                 lines.append(f"replica {rank} is ahead, at {entry.describe()}")
         if not culprits and not lines:
+            if current:
+                return head + ("; every replica's last recorded collective is the same, so the missing replica is "
+                               "the one that died or froze (the supervisor names it)."), []
             return head + "; every replica reached the same collective (a network or device fault?).", []
         return head + ". " + "; ".join(lines) + ".", culprits

@@ -53,9 +53,16 @@ def check_second(new_name: str, wanted: int | None, *, joins_group: bool) -> Non
         wanted: replicas the new strategy asks for explicitly (None: whatever is running).
         joins_group: a process group already exists, so the new strategy would join it.
     """
+    if wanted is None:
+        return
     # Strategies that start or join a job of their own (MirroredStrategy and its subclasses) say so.
     firsts = [(s, site) for s, site in live() if getattr(s, "starts_replicas", False)]
-    if not firsts or wanted is None:
+    if firsts:  # one the program dropped without close() is not in the way: collect before judging
+        import gc
+
+        gc.collect()
+        firsts = [(s, site) for s, site in live() if getattr(s, "starts_replicas", False)]
+    if not firsts:
         return
     first, site = firsts[0]
     have = first.num_replicas_in_sync

@@ -14,6 +14,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from allgpu.runtime.replicas import peers_stopped
 from allgpu.errors import CollectiveTimeoutError, ReplicaFailedError
 from allgpu.ledger import Ledger
 
@@ -150,9 +151,10 @@ class ReplicaGroup:
         except Exception as exc:  # Gloo/NCCL raise RuntimeError subclasses with transport-level text
             raise self.explain_failure(exc, time.monotonic() - start) from exc
 
-    def explain_failure(self, exc: BaseException, waited_s: float) -> Exception:
-        """Turn a backend error into one that names the replicas behind it (from the ledger)."""
-        text, culprits = self.ledger.explain(waited_s)
+    def explain_failure(self, exc: BaseException, waited_s: float, current: str | None = None) -> Exception:
+        """Turn a backend error into one that names the replicas behind it (from the ledger); ``current`` names
+        an unrecorded collective (the gradient all-reduce)."""
+        text, culprits = self.ledger.explain(waited_s, current)
         raw = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "timed out" in str(exc).lower() or "timeout" in str(exc).lower():
             return CollectiveTimeoutError(
@@ -177,7 +179,8 @@ class ReplicaGroup:
             try:
                 left = store.add("allgpu/exit", 1)
                 deadline = time.monotonic() + EXIT_WAIT_S
-                while self.rank == 0 and left < self.world_size and time.monotonic() < deadline:
+                while (self.rank == 0 and left < self.world_size and time.monotonic() < deadline
+                       and not peers_stopped()):  # replicas this process stopped will never leave
                     time.sleep(0.05)
                     left = store.add("allgpu/exit", 0)
             except Exception:  # the store is gone already: nothing left to wait for

@@ -171,12 +171,17 @@ class GradientSync:
                     try:
                         bucket.work.wait()
                     except Exception as exc:
-                        raise self.group.explain_failure(exc, time.perf_counter() - start) from exc
+                        raise self.group.explain_failure(
+                            exc, time.perf_counter() - start,
+                            current=f"the gradient all-reduce of backward round {self.rounds + 1}") from exc
                     bucket.work = None
                 if bucket.wire is not None:
                     bucket.buffer.copy_(bucket.wire)
                     bucket.wire = None
-                used = bucket.used.tolist()
+                # Read the counts (a device-to-host copy) only when this replica left a parameter unused: when it
+                # used them all, every count is >= 1 and there is nothing to decide.
+                all_here = all(id(p) in self._fired for p in bucket.params)
+                used = [1.0] * len(bucket.params) if all_here else bucket.used.tolist()
                 for p, view, count in zip(bucket.params, bucket.views, used):
                     if count > 0.5:  # unused on every replica: its grad is left as it was (None), as on one device
                         p.grad = view

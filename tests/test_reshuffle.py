@@ -42,7 +42,10 @@ def test_a_new_dataset_object_per_epoch_reshuffles():
 
 def _two_replica_orders():
     strategy = allgpu.MirroredStrategy()
-    return _epoch_orders(strategy)
+    try:
+        return _epoch_orders(strategy)
+    finally:
+        strategy.close()
 
 
 @pytest.mark.replicas
@@ -63,7 +66,7 @@ class Augmented(Dataset):
         return torch.tensor([float(i), torch.rand(()).item(), float(np.random.rand()), random.random()])
 
 
-@pytest.mark.replicas  # loader worker processes
+@pytest.mark.replicas  # loader workers are processes
 def test_getitem_randomness_is_per_example_and_leaves_the_training_stream_alone():
     strategy = allgpu.OneDeviceStrategy("/cpu:0")
     torch.manual_seed(5)

@@ -9,10 +9,12 @@ import sys
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("demo", help="train a CNN on scikit-learn's digits on every device",
                               description=__doc__)
-    p.add_argument("--replicas", type=int, default=None,
+    p.add_argument("--replicas", type=_positive, default=None,
                    help="number of replicas (default: every visible GPU, or 2 CPU replicas without one)")
-    p.add_argument("--epochs", type=int, default=12)
-    p.add_argument("--batch-size", type=int, default=64, help="global batch size (all replicas together)")
+    p.add_argument("--epochs", type=_positive, default=12)
+    p.add_argument("--batch-size", type=_positive, default=None,
+                   help="global batch size (all replicas together; default 64 rounded up to a multiple of the "
+                        "replicas)")
     p.add_argument("--report", metavar="PATH",
                    help="write a JSON summary to PATH (a .json file; the step monitor's monitor.json and "
                         "monitor.png go beside it), or into the folder PATH")
@@ -22,8 +24,24 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: expected a positive whole number")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     from allgpu.demo import report_paths, run_demo, write_report
+
+    if args.replicas and args.batch_size and args.batch_size % args.replicas:
+        low = args.batch_size // args.replicas * args.replicas or args.replicas
+        print(f"allgpu demo: --batch-size {args.batch_size} does not divide among --replicas {args.replicas}. Fix: "
+              f"--batch-size {low} or {low + args.replicas}, or leave it out.", file=sys.stderr)
+        return 2
 
     summary, monitor_dir = report_paths(args.report) if args.report else (None, None)
     result = run_demo(replicas=args.replicas, epochs=args.epochs, global_batch_size=args.batch_size,

@@ -75,6 +75,9 @@ def load_reading(path: Path) -> EnvironmentReading:
     except OSError as exc:
         raise ReadingFormatError(f"--reading {path}: cannot read it ({exc.strerror}). "
                                  "Fix: pass a file written by `allgpu doctor --json > FILE`.") from None
+    except UnicodeDecodeError:
+        raise ReadingFormatError(f"--reading {path}: not a text file (it does not decode as UTF-8). "
+                                 "Fix: pass a file written by `allgpu doctor --json > FILE`.") from None
     except json.JSONDecodeError as exc:
         raise ReadingFormatError(f"--reading {path}: not JSON ({exc}). "
                                  "Fix: pass a file written by `allgpu doctor --json > FILE`.") from None

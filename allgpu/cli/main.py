@@ -35,7 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args._run(args) or 0)
+    from allgpu.errors import AllGpuError
+
+    try:
+        return int(args._run(args) or 0)
+    except AllGpuError as exc:  # a mistake allgpu recognised: its message names the fix; no traceback
+        print(f"allgpu {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import tempfile
 from typing import Any, Callable, Sequence
 
@@ -62,6 +63,7 @@ def launch(
     Raises:
         ReplicaFailedError: a replica raised or died; ``.rank`` and ``.remote_traceback`` say which and where.
             The other replicas are stopped at once.
+        StrategyStartError: ``spawn`` of a function whose module has no file (read from stdin, ``python -c``).
     """
     import torch
     import torch.multiprocessing as mp
@@ -69,6 +71,7 @@ def launch(
     device_list = resolve_replica_devices(num_replicas, devices, cpu_replicas_by_default=2)
     if start_method is None:
         start_method = "spawn" if torch.cuda.is_initialized() else "fork"
+    _check_spawnable(fn, start_method)
     ctx = mp.get_context(start_method)
     results = ctx.SimpleQueue()
     error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
@@ -103,3 +106,19 @@ def launch(
         rank, value = results.get()
         values[rank] = pickle.loads(value)
     return values
+
+
+def _check_spawnable(fn: Callable, start_method: str) -> None:
+    """``spawn`` re-imports ``fn``'s module from its file in every replica: say so up front when there is none."""
+    if start_method != "spawn":
+        return
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    path = getattr(module, "__file__", None)
+    if not path or path.startswith("<") or not os.path.exists(path):
+        from allgpu.errors import StrategyStartError
+
+        raise StrategyStartError(
+            f"allgpu.launch(start_method='spawn') cannot start {getattr(fn, '__qualname__', fn)!r}: spawn re-imports "
+            f"its module {getattr(fn, '__module__', '?')!r} from a file in every replica, and that module has none "
+            "(read from standard input, python -c, or an interactive session). Fix: start_method='fork' (the "
+            "default while CUDA is not initialised), or save the code to a file and run that.")

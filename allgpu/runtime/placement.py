@@ -153,11 +153,14 @@ def _start(name: str, devices: list[Device], timeout_s: float, backend: str | No
         replicas.start()
         spec = ClusterSpec(first.rank, first.world_size, 0, len(devices), first.master_addr, replicas.port,
                            first.source)
-        return _joined(spec, devices[0].torch_device(), timeout_s, backend,
-                       init_method=f"tcp://{spec.master_addr}:{spec.master_port}")
+        placement = _joined(spec, devices[0].torch_device(), timeout_s, backend,
+                            init_method=f"tcp://{spec.master_addr}:{spec.master_port}")
+        replicas.joined()
+        return placement
     except Exception as exc:  # driver, NCCL, rendezvous: every start failure is handled the same way
         reason = str(exc).rstrip(". ")
         if replicas is not None:
+            reason += f" ({replicas.describe(1.0)})"
             replicas.stop()
         if dist.is_initialized():
             dist.destroy_process_group()

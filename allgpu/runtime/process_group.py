@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 
 from allgpu.runtime.cluster import ClusterSpec
+from allgpu.runtime.waiting import reporting_wait
 
 
 def default_backend(device: torch.device) -> str:
@@ -34,5 +35,6 @@ def init_process_group(spec: ClusterSpec, device: torch.device, timeout_s: float
     kwargs = {"device_id": device} if backend == "nccl" else {}
     if not init_method.startswith("env://"):
         kwargs.update(rank=spec.rank, world_size=spec.world_size)
-    dist.init_process_group(backend, init_method=init_method, timeout=timedelta(seconds=timeout_s), **kwargs)
+    with reporting_wait(spec, timeout_s):  # every 30 s: whom it waits for, since when, until when
+        dist.init_process_group(backend, init_method=init_method, timeout=timedelta(seconds=timeout_s), **kwargs)
     return True

@@ -23,6 +23,7 @@ from typing import Sequence
 from allgpu.devices import Device
 from allgpu.errors import ReplicaFailedError
 from allgpu.runtime import env as launch_env
+from allgpu.runtime.interrupt import SigintWatch
 
 # Seconds a replica waits for its peers after one of them has failed, before the whole job is ended.
 FAILURE_GRACE_S = 5.0
@@ -33,6 +34,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+_STOPPED: list[bool] = []  # set once this process stopped its replicas (they will never leave the job cleanly)
+
+
+def peers_stopped() -> bool:
+    """True once replica 0 stopped the replicas it started: nothing is left to wait for at exit."""
+    return bool(_STOPPED)
 
 
 def error_file(error_dir: str, rank: int) -> Path:
@@ -54,6 +63,19 @@ def install_replica_excepthook(rank: int, error_dir: str | None) -> None:
         previous(exc_type, exc, tb)
 
     sys.excepthook = hook
+
+
+def _state(proc: subprocess.Popen) -> str:
+    code = proc.poll()
+    if code is not None:
+        return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    try:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+    except OSError:
+        return "is running"
+    if "\nState:\tT" in status:
+        return "is frozen (stopped: SIGSTOP, Ctrl-Z or a debugger), so it never reached the collective"
+    return "is still running (slow, or waiting elsewhere)"
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -85,6 +107,12 @@ def script_command() -> list[str]:
             "started by re-executing it (that would re-run the test runner or kernel). Fix: put the training in a "
             "function and call allgpu.launch(fn, num_replicas=N), or run the script itself with python."
         )
+    if (sys.argv[:1] in (["-"], [""]) or getattr(main, "__file__", None) == "<stdin>") and "-c" not in argv[1:2]:
+        raise RuntimeError(
+            "this program was read from standard input (python - <<EOF, a heredoc, or cat train.py | python), so its "
+            "replicas cannot be started by re-executing it: the source is gone once read. Fix: save it to a file and "
+            "run python train.py, or put the training in a function and call allgpu.launch(fn, num_replicas=N)."
+        )
     if "-c" in argv[1:2] or not getattr(main, "__file__", None):
         raise RuntimeError(
             "this program is not a script file (python -c, a REPL or a notebook), so its replicas cannot be started "
@@ -97,8 +125,11 @@ def script_command() -> list[str]:
 class ScriptReplicas:
     """Replicas 1..N-1 of the running script, started and watched by replica 0 (this process).
 
-    If a replica exits with an error, its traceback is printed naming it, the other replicas are stopped, and
-    replica 0 ends within ``FAILURE_GRACE_S`` seconds if it has not failed on its own by then: never a hang.
+    If a replica exits with an error (or at all before the job's rendezvous completed), its traceback is printed
+    naming it, the other replicas are stopped, and replica 0 ends within ``FAILURE_GRACE_S`` seconds if it has
+    not failed on its own by then. If replica 0 raises (including ``KeyboardInterrupt``), the others are stopped
+    at its exit. A SIGINT to replica 0 alone stops the others at once and ends replica 0 within
+    ``FAILURE_GRACE_S`` seconds, even when it is blocked in a collective: never a hang.
     """
 
     def __init__(self, devices: Sequence[Device], timeout_s: float, *, rank_offset: int = 0,
@@ -111,6 +142,9 @@ class ScriptReplicas:
         self.failure: ReplicaFailedError | None = None
         self._procs: dict[int, subprocess.Popen] = {}
         self._stopping = False
+        self._joined = False  # the rendezvous completed: from then on a replica may finish (exit 0) before us
+        self._main_failed = False
+        self._sigint = None
 
     def start(self) -> None:
         command = script_command()
@@ -118,23 +152,50 @@ class ScriptReplicas:
             env = {**os.environ, **launch_env.replica_variables(
                 rank, [str(d) for d in self.devices], self.port, self.error_dir, self.timeout_s, **self.placement)}
             self._procs[rank] = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent)
+        self._sigint = SigintWatch()
+        previous = sys.excepthook
+
+        def hook(exc_type, exc, tb):  # replica 0 is dying of an exception: its peers must not wait for it
+            self._main_failed = True
+            previous(exc_type, exc, tb)
+            self._at_exit()
+
+        sys.excepthook = hook
         threading.Thread(target=self._watch, name="allgpu-replica-watch", daemon=True).start()
         atexit.register(self._at_exit)
 
+    def joined(self) -> None:
+        """The job's rendezvous completed; a replica exiting with 0 from now on has simply finished."""
+        self._joined = True
+
     def _watch(self) -> None:
         while not self._stopping:
+            if self._sigint.fired():
+                self._interrupted()
+                return
             for rank, proc in self._procs.items():
                 code = proc.poll()
-                if code not in (None, 0) and not self._stopping:
+                if code is not None and (code != 0 or not self._joined) and not self._stopping:
                     self._fail(rank, code)
                     return
             time.sleep(0.1)
+
+    def _interrupted(self) -> None:
+        ranks = [self.placement["rank_offset"] + r for r in self._procs]
+        print(f"\nallgpu: interrupted (SIGINT); stopping replicas {ranks} and ending replica "
+              f"{self.placement['rank_offset']}.", file=sys.stderr, flush=True)
+        self.stop()
+        time.sleep(FAILURE_GRACE_S)
+        os._exit(130)  # the main thread did not end by itself: it is blocked in a collective or rendezvous
 
     def _fail(self, local_rank: int, code: int) -> None:
         path = error_file(self.error_dir, local_rank)
         rank = self.placement["rank_offset"] + local_rank
         remote = path.read_text() if path.exists() else None
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        if code == 0:
+            how += (" before joining the job (it ran to the end without creating the same strategy: "
+                    "a script whose code differs when re-executed, or a strategy created only on replica 0)")
         self.failure = ReplicaFailedError(f"replica {rank} {how}", rank=rank, remote_traceback=remote)
         banner = f"\nallgpu: replica {rank} {how}; stopping the other replicas."
         print(banner + (f" Its traceback:\n{remote}" if remote else ""), file=sys.stderr, flush=True)
@@ -142,11 +203,28 @@ class ScriptReplicas:
         time.sleep(FAILURE_GRACE_S)
         os._exit(1)  # replica 0 did not fail by itself in the grace period: it is waiting on a dead peer
 
+    def describe(self, wait_s: float = 0.0) -> str:
+        """Each started replica's state, naming it: killed by a signal, exited with a code, frozen (stopped, e.g. by
+        SIGSTOP or a debugger), or running. ``wait_s``: give a replica that is dying this long to be reaped."""
+        deadline = time.monotonic() + wait_s
+        while wait_s and time.monotonic() < deadline and all(p.poll() is None for p in self._procs.values()):
+            time.sleep(0.05)
+        parts = []
+        for local_rank, proc in self._procs.items():
+            rank = self.placement["rank_offset"] + local_rank
+            parts.append(f"replica {rank} (pid {proc.pid}) {_state(proc)}")
+        return "; ".join(parts)
+
     def stop(self) -> None:
         self._stopping = True
+        _STOPPED.append(True)
         for proc in self._procs.values():
             if proc.poll() is None:
                 proc.terminate()
+                try:
+                    os.kill(proc.pid, signal.SIGCONT)  # a frozen (SIGSTOPped) replica gets its SIGTERM now
+                except OSError:
+                    pass
         for proc in self._procs.values():
             try:
                 proc.wait(timeout=5)
@@ -155,6 +233,11 @@ class ScriptReplicas:
 
     def _at_exit(self) -> None:
         if self._stopping:
+            return
+        if self._main_failed:  # the others would wait for replica 0 in a collective until the timeout
+            print(f"allgpu: replica {self.placement['rank_offset']} failed (traceback above). {self.describe(1.0)}; "
+                  "stopping the other replicas.", file=sys.stderr, flush=True)
+            self.stop()
             return
         deadline = time.monotonic() + self.timeout_s + 10
         for local_rank, proc in self._procs.items():

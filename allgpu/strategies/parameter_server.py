@@ -17,6 +17,7 @@ collective, so no global barrier: a slow worker does not hold the others back, a
 from __future__ import annotations
 
 import atexit
+import warnings
 
 import torch
 import torch.distributed.rpc as rpc
@@ -76,7 +77,9 @@ class ParameterServerStrategy(Strategy):
         if self.is_ps:  # serves until the workers are done, then ends this process: the script stops here
             param_server.run_server(spec.rank, spec.world_size, self.task_index, self.num_workers, options,
                                     worker_silence_s or timeout)
-        rpc.init_rpc(f"worker{self.task_index}", rank=spec.rank, world_size=spec.world_size, rpc_backend_options=options)
+        with warnings.catch_warnings():  # torch's own RPC start-up deprecation notice: nothing a user can act on
+            warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
+            rpc.init_rpc(f"worker{self.task_index}", rank=spec.rank, world_size=spec.world_size, rpc_backend_options=options)
         device = launched_device(spec.local_rank, launch_env.read())
         super().__init__(Placement.single(device, timeout), check_mirrored=True)
         self._keys: dict[int, int] = {}  # id(param) -> variable key

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import warnings
 from collections import Counter
 
 import torch
@@ -111,7 +112,9 @@ def run_server(rank: int, world_size: int, task_index: int, num_workers: int, op
     The shard exists before RPC starts, so no worker call can arrive before there is a shard to answer it.
     """
     shard = start(num_workers)
-    rpc.init_rpc(f"ps{task_index}", rank=rank, world_size=world_size, rpc_backend_options=options)
+    with warnings.catch_warnings():  # torch's own RPC start-up deprecation notice: nothing a user can act on
+        warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
+        rpc.init_rpc(f"ps{task_index}", rank=rank, world_size=world_size, rpc_backend_options=options)
     serve(shard, silence_s)
     rpc.shutdown(graceful=False)
     sys.exit(0)

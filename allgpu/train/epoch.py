@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from allgpu.errors import InputError
 from allgpu.train.metrics import MetricSums
 
 _END = object()
@@ -22,9 +23,10 @@ def split_batch(batch: Any) -> tuple[Any, torch.Tensor]:
     """``(inputs, targets)`` of a batch. Raises ValueError naming the fix for any other shape."""
     if isinstance(batch, (list, tuple)) and len(batch) == 2:
         return batch[0], batch[1]
-    raise ValueError(f"fit/evaluate expect batches of (inputs, targets); got a {type(batch).__name__} "
+    keys = f" with keys {sorted(batch)}" if isinstance(batch, dict) else ""
+    raise InputError(f"fit/evaluate expect batches of (inputs, targets); got a {type(batch).__name__}{keys} "
                      f"of length {len(batch) if hasattr(batch, '__len__') else '?'}. Fix: make the dataset's "
-                     "__getitem__ return (x, y).")
+                     "__getitem__ return (x, y), or write your own loop over strategy.distribute_dataset(...).")
 
 
 @dataclass
