@@ -115,3 +115,14 @@ def test_files_and_functions_stay_small():
                 if length > LINES_PER_FUNCTION:
                     too_big.append(f"{module}.{node.name}: {length} lines")
     assert not too_big, "over budget:\n" + "\n".join(too_big)
+
+
+def test_user_mistakes_raise_typed_errors():
+    """Every error allgpu raises on purpose has an allgpu type (``allgpu.errors``), each also the built-in a user
+    would catch; a bare ``raise ValueError(...)`` would give a user nothing to catch by allgpu's name."""
+    import re
+
+    bare = re.compile(r"raise (ValueError|TypeError|KeyError|FileNotFoundError|OSError)\(")
+    found = [f"{path.relative_to(PACKAGE.parent)}:{n}" for path in PACKAGE.rglob("*.py")
+             for n, line in enumerate(path.read_text().splitlines(), 1) if bare.search(line)]
+    assert not found, "bare built-in errors raised (use a type from allgpu.errors):\n" + "\n".join(found)

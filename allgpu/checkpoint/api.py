@@ -34,7 +34,7 @@ from allgpu.checkpoint.state import (
     load_optimizer,
     param_names,
 )
-from allgpu.errors import CheckpointError
+from allgpu.errors import ArgumentError, ArgumentTypeError, CheckpointError
 from allgpu.live import check_supported
 
 FORMAT = 1
@@ -44,18 +44,18 @@ _STAGING = StagingBuffers()  # reused by every background save of this process
 
 def _validate(directory, model, optimizer, epoch, step, data_state, extra, keep) -> Path:
     if not isinstance(directory, (str, os.PathLike)):
-        raise TypeError(f"save(directory={directory!r}): expected a str or os.PathLike directory path")
+        raise ArgumentTypeError(f"save(directory={directory!r}): expected a str or os.PathLike directory path")
     if not isinstance(model, nn.Module):
-        raise TypeError(f"save(model=...) got a {type(model).__name__}; expected a torch.nn.Module")
+        raise ArgumentTypeError(f"save(model=...) got a {type(model).__name__}; expected a torch.nn.Module")
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"save(optimizer=...) got a {type(optimizer).__name__}; expected a torch.optim.Optimizer")
+        raise ArgumentTypeError(f"save(optimizer=...) got a {type(optimizer).__name__}; expected a torch.optim.Optimizer")
     for name, value in (("epoch", epoch), ("step", step)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"save({name}={value!r}): expected an int >= 0")
+            raise ArgumentError(f"save({name}={value!r}): expected an int >= 0")
     if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-        raise ValueError(f"save(keep={keep!r}): expected an int >= 1, or None to keep every checkpoint")
+        raise ArgumentError(f"save(keep={keep!r}): expected an int >= 1, or None to keep every checkpoint")
     if data_state is not None and not isinstance(data_state, dict):
-        raise TypeError(f"save(data_state=...) got a {type(data_state).__name__}; expected a dict or None")
+        raise ArgumentTypeError(f"save(data_state=...) got a {type(data_state).__name__}; expected a dict or None")
     check_plain(data_state, "save(data_state=...)")
     check_plain(extra, "save(extra=...)")
     if optimizer is not None:  # an exotic hyper-parameter object would only fail at restore time
@@ -253,7 +253,7 @@ def restore(
     """
     check_supported("checkpoint")
     if not isinstance(model, nn.Module):
-        raise TypeError(f"restore(model=...) got a {type(model).__name__}; expected a torch.nn.Module")
+        raise ArgumentTypeError(f"restore(model=...) got a {type(model).__name__}; expected a torch.nn.Module")
     path = Path(path_or_directory)
     if not path.exists():
         raise CheckpointError(
@@ -336,7 +336,7 @@ def restore_rng(state: CheckpointState, rank: int) -> None:
         ValueError: ``rank`` is not an int >= 0.
     """
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-        raise ValueError(f"restore_rng(rank={rank!r}): expected an int >= 0")
+        raise ArgumentError(f"restore_rng(rank={rank!r}): expected an int >= 0")
     if state.rng_states is None:
         return
     if rank >= len(state.rng_states):

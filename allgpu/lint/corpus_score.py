@@ -13,6 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from allgpu.errors import LintUsageError
 from allgpu.lint.checker import check_path
 from allgpu.lint.evaluate import RuleScore
 
@@ -30,7 +31,7 @@ def parse_evidence(text: str) -> dict[str, list[Location]]:
     for part in filter(None, (p.strip() for p in (text or "").split(";"))):
         rule, _, locs = part.partition(":")
         if not locs:
-            raise ValueError(f"evidence part {part!r} has no line numbers")
+            raise LintUsageError(f"evidence part {part!r} has no line numbers")
         for loc in filter(None, (x.strip() for x in locs.split(","))):
             if loc.startswith("cell "):
                 cell, _, line = loc[5:].partition(":")

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from allgpu.errors import ArgumentError, ArgumentTypeError
 from allgpu import live
 from allgpu.accumulate import Accumulation
 from allgpu.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput
@@ -136,7 +137,7 @@ class Strategy:
 
         A collective: every replica mirrors the same module (replica 0's values are broadcast)."""
         if not isinstance(module, torch.nn.Module):
-            raise TypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
+            raise ArgumentTypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
         self._mirror(list(module.parameters()), list(module.buffers()))
         return module
 
@@ -165,9 +166,9 @@ class Strategy:
         learning rate by ``num_replicas_in_sync``).
         """
         if not callable(fn):
-            raise TypeError(f"strategy.run(fn, ...) needs a callable fn; got {type(fn).__name__}.")
+            raise ArgumentTypeError(f"strategy.run(fn, ...) needs a callable fn; got {type(fn).__name__}.")
         if not isinstance(args, (tuple, list)):
-            raise TypeError(f"strategy.run(fn, args=...) takes a tuple of arguments; got {type(args).__name__}. "
+            raise ArgumentTypeError(f"strategy.run(fn, args=...) takes a tuple of arguments; got {type(args).__name__}. "
                             "Fix: args=(batch,) with a trailing comma.")
         return fn(*args, **(kwargs or {}))
 
@@ -304,14 +305,14 @@ def validate_sync_options(bucket_cap_mb: float, gradient_compression: str | None
         ValueError: ``bucket_cap_mb`` not a positive number of MiB, or an unknown ``gradient_compression``.
     """
     if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb <= 0:
-        raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r}; expected a positive number of MiB, e.g. 25.")
+        raise ArgumentError(f"bucket_cap_mb={bucket_cap_mb!r}; expected a positive number of MiB, e.g. 25.")
     if gradient_compression not in COMPRESSIONS:
-        raise ValueError(f"gradient_compression={gradient_compression!r}; expected one of {tuple(COMPRESSIONS)}.")
+        raise ArgumentError(f"gradient_compression={gradient_compression!r}; expected one of {tuple(COMPRESSIONS)}.")
 
 
 def _op_name(op: Any) -> str:
     name = getattr(op, "name", op)  # tf.distribute.ReduceOp.SUM has .name == "SUM"
     name = str(name).lower()
     if name not in REDUCE_OPS:
-        raise ValueError(f"reduce op {op!r} is not supported; expected one of 'sum', 'mean', 'max', 'min'.")
+        raise ArgumentError(f"reduce op {op!r} is not supported; expected one of 'sum', 'mean', 'max', 'min'.")
     return name

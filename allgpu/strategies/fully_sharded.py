@@ -30,7 +30,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from allgpu.errors import ShardingError
+from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError
 from allgpu.mirror import ScopeRecorder, mirror_tensors
 from allgpu.strategies.mirrored import MirroredStrategy
 from allgpu.strategies.sharded_sync import ShardedGradientSync
@@ -147,7 +147,7 @@ class FullyShardedStrategy(MirroredStrategy):
         Build its optimizer afterwards, from the returned module's parameters. A collective.
         """
         if not isinstance(module, nn.Module):
-            raise TypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
+            raise ArgumentTypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
         self._shard([module], list(module.buffers()))
         return module
 
@@ -193,7 +193,7 @@ class FullyShardedStrategy(MirroredStrategy):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         if not isinstance(model, nn.Module):
-            raise TypeError(f"full_state_dict(model) takes a torch.nn.Module; got {type(model).__name__}.")
+            raise ArgumentTypeError(f"full_state_dict(model) takes a torch.nn.Module; got {type(model).__name__}.")
         if not isinstance(model, FSDPModule):
             return {k: v.detach().cpu() for k, v in model.state_dict().items()} if self.is_chief else {}
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -234,13 +234,13 @@ def _repoint_optimizers(replaced: dict[int, nn.Parameter]) -> None:
 def _validate(num_replicas, shard_modules, reshard_after_forward, mixed_precision, offload_to_cpu, timeout) -> None:
     if num_replicas is not None and (isinstance(num_replicas, bool) or not isinstance(num_replicas, int)
                                      or num_replicas < 1):
-        raise ValueError(f"num_replicas={num_replicas!r}; expected a positive int, or None for every device.")
+        raise ArgumentError(f"num_replicas={num_replicas!r}; expected a positive int, or None for every device.")
     validate_shard_modules(shard_modules)
     if not isinstance(reshard_after_forward, bool):
-        raise TypeError(f"reshard_after_forward={reshard_after_forward!r}; expected True or False.")
+        raise ArgumentTypeError(f"reshard_after_forward={reshard_after_forward!r}; expected True or False.")
     if mixed_precision not in PRECISIONS:
-        raise ValueError(f"mixed_precision={mixed_precision!r}; expected None, 'bf16' or 'fp16'.")
+        raise ArgumentError(f"mixed_precision={mixed_precision!r}; expected None, 'bf16' or 'fp16'.")
     if not isinstance(offload_to_cpu, bool):
-        raise TypeError(f"offload_to_cpu={offload_to_cpu!r}; expected True or False.")
+        raise ArgumentTypeError(f"offload_to_cpu={offload_to_cpu!r}; expected True or False.")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"timeout={timeout!r}; expected a positive number of seconds.")
+        raise ArgumentError(f"timeout={timeout!r}; expected a positive number of seconds.")

@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 from torch import nn
 
-from allgpu.errors import ShardingError
+from allgpu.errors import ArgumentTypeError, ShardingError
 
 # Containers without a forward of their own: FSDP's forward hooks would never fire on them.
 _NO_FORWARD = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
@@ -36,11 +36,11 @@ def validate_shard_modules(shard_modules) -> None:
         if not bad and shard_modules:
             return
         what = f"an empty {type(shard_modules).__name__}" if not shard_modules else f"{bad[0]!r}"
-        raise TypeError(f"shard_modules got {what}; expected torch.nn.Module subclasses such as "
+        raise ArgumentTypeError(f"shard_modules got {what}; expected torch.nn.Module subclasses such as "
                         "shard_modules=[TransformerBlock].")
     if callable(shard_modules):
         return
-    raise TypeError(f"shard_modules={shard_modules!r}; expected None (each repeated submodule class), a Module class, "
+    raise ArgumentTypeError(f"shard_modules={shard_modules!r}; expected None (each repeated submodule class), a Module class, "
                     "a list of Module classes, or a predicate fn(module) -> bool.")
 
 

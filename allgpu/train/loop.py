@@ -12,6 +12,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
+from allgpu.errors import ArgumentError
 from allgpu.data import (DistributedDataset, PerReplicaInput, as_map_dataset, evaluation_shard,
                          per_replica_batch_size)
 from allgpu.live import check_supported
@@ -94,7 +95,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         monitor, epochs, report_dir = True, 1, report_dir or session.report_dir
         max_steps_per_epoch = min(max_steps_per_epoch or session.max_steps, session.max_steps)
     if epochs < 1:
-        raise ValueError(f"epochs={epochs}; expected a positive number of epochs.")
+        raise ArgumentError(f"epochs={epochs}; expected a positive number of epochs.")
     data = train_data if isinstance(train_data, (DistributedDataset, PerReplicaInput)) else \
         strategy.distribute_dataset(train_data, global_batch_size, shuffle=shuffle, seed=seed, num_workers=num_workers)
     precision = Precision(strategy.device, mixed_precision)
