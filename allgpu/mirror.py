@@ -120,6 +120,8 @@ class MirrorCheck:
 
     def _message(self, module: torch.nn.Module, name: str, param: torch.Tensor) -> str:
         where = f"{type(module).__name__}.{name}" if name else type(module).__name__
+        if "_torch_params." in name:  # a Keras variable: name it by its Keras path
+            where = f"{name.split('_torch_params.')[-1]!r} (Keras variable)"
         return (
             f"parameter {where} (shape {tuple(param.shape)}, on {param.device}) of a {type(module).__name__} "
             f"was created outside strategy.scope(), so replica {self.rank} would train it alone: its gradients "

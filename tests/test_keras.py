@@ -151,3 +151,21 @@ def test_bfloat16_batchnorm_dropout_subclassed_train_and_stay_identical():
     assert h0 == h1 and h0["loss"][-1] < h0["loss"][0]
     assert all(np.array_equal(a, b) for a, b in zip(w0, w1))  # moving statistics averaged, so identical too
     assert np.array_equal(mean0, mean1) and np.abs(mean0).sum() > 0
+
+
+def _predict():
+    strategy = allgpu.MirroredStrategy()
+    keras.utils.set_random_seed(strategy.replica_id_in_sync)
+    x, _ = regression_data()
+    with strategy.scope():
+        model = build("sequential")
+    return model.predict(x[:103], batch_size=BATCH, verbose=0)  # last global batch of 7: 2 each, padded on 4
+
+
+@pytest.mark.timeout(120)
+def test_predict_returns_every_example_once_in_input_order():
+    one = allgpu.launch(_predict, num_replicas=1)[0]
+    for replicas in (2, 4):
+        for got in allgpu.launch(_predict, num_replicas=replicas):
+            assert got.shape == (103, 1)
+            np.testing.assert_allclose(got, one, rtol=1e-5, atol=1e-6)

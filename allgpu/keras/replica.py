@@ -52,11 +52,12 @@ class KerasReplica:
         self.world = strategy.num_replicas_in_sync
         self.rank = strategy.replica_id_in_sync
         cls = type(model)
-        self._fit, self._evaluate, self._metrics_result = cls.fit, cls.evaluate, cls.get_metrics_result
+        self._fit, self._evaluate, self._predict = cls.fit, cls.evaluate, cls.predict
+        self._metrics_result = cls.get_metrics_result
         self._train_input: ShardedInput | None = None
         self._state_vars: list = []
         self._decorrelated: set[int] = set()
-        for name in ("fit", "evaluate", "get_metrics_result"):
+        for name in ("fit", "evaluate", "predict", "get_metrics_result"):
             object.__setattr__(model, name, getattr(self, name))
         object.__setattr__(model, "_allgpu_replica", self)
 
@@ -91,8 +92,12 @@ class KerasReplica:
                 f"{type(self.strategy).__name__} trains this model: both would all-reduce gradients. Fix: remove "
                 "keras.distribution.set_distribution(...); allgpu's strategy distributes the model.")
         model = self.model
-        with torch.no_grad():
-            model._symbolic_build(data_batch=data.peek())  # Keras builds lazily; build now to mirror before step 1
+        batch = data.peek()
+        with torch.no_grad():  # Keras builds lazily; build now to mirror before step 1
+            if getattr(model, "compiled", False):
+                model._symbolic_build(data_batch=batch)
+            elif not model.built:  # predict() of a model never compiled: build it by calling it
+                model(batch[0] if isinstance(batch, tuple) else batch)
         self.mirror_built_variables()
         model.train_function = self._train_step
         model.test_function = self._test_step
@@ -206,6 +211,33 @@ class KerasReplica:
         return self._evaluate(self.model, x, y, batch_size=batch_size, verbose=self._verbose(verbose),
                               sample_weight=sample_weight, steps=steps, callbacks=callbacks,
                               return_dict=return_dict, **kwargs)
+
+
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        """``keras.Model.predict`` on every replica: each replica predicts its slices of every global batch and the
+        outputs are gathered, in input order, on every replica (the same array everywhere). A collective."""
+        data = self._input(x, None, None, batch_size, False)
+        self._prepare(data)
+        local = self._predict(self.model, data, verbose=self._verbose(verbose), steps=steps, callbacks=callbacks)
+        if self.world == 1:
+            return local
+        from keras import tree
+
+        sizes = [size for size, _ in data.delivered]
+        counts = self.strategy.gather(torch.tensor([[n for _, n in data.delivered]]), axis=0).cpu().numpy()
+        return tree.map_structure(lambda a: self._in_input_order(a, sizes, counts), local)
+
+    def _in_input_order(self, array, sizes: list[int], counts: np.ndarray) -> np.ndarray:
+        gathered = self.strategy.gather(torch.as_tensor(np.asarray(array)), axis=0).cpu().numpy()
+        cursor = np.concatenate([[0], np.cumsum(counts.sum(axis=1))[:-1]])  # where each replica's block starts
+        pieces = []
+        for step, size in enumerate(sizes):
+            for r in range(self.world):
+                n = int(counts[r, step])
+                if size >= self.world or r < size:  # replicas past a tiny last batch predicted padding
+                    pieces.append(gathered[cursor[r]:cursor[r] + n])
+                cursor[r] += n
+        return np.concatenate(pieces)
 
 
 def _unpack(data) -> tuple:

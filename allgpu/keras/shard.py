@@ -200,6 +200,7 @@ class ShardedInput(DataAdapter):
         self.source = source
         self.device = device
         self.global_size: int | None = None
+        self.delivered: list[tuple[int, int]] = []  # (global batch size, examples here) per step, last epoch
         self.next_epoch = 0
         self._hooks = on_epoch
 
@@ -209,8 +210,10 @@ class ShardedInput(DataAdapter):
 
     def __iter__(self):
         epoch, self.next_epoch = self.next_epoch, self.next_epoch + 1
+        self.delivered = []
         for size, batch in self.source.epoch(epoch):
             self.global_size = size
+            self.delivered.append((size, leading_size(batch)))
             yield to_device(_to_torch(batch), self.device)
 
     def peek(self) -> Any:
