@@ -4,16 +4,18 @@
     python benchmarks/keras_overhead.py --replicas 2 --rounds 5 --epochs 4
 
 The same Keras model (the digits CNN of examples/keras_digits.py, 19k parameters), the same data (scikit-learn's
-digits, tiled to 7,188 images), the same global batch and Adam:
+digits, tiled to 3,594 images), the same global batch and Adam:
 
-- ``keras``:   plain ``model.fit`` in one process (all CPU threads), no allgpu;
+- ``keras``:   plain ``model.fit`` in one process with all CPU threads, no allgpu (what a user runs today);
+- ``keras-1t``: the same with one thread, the share of the machine each of 2 replicas gets on a 2-core machine;
 - ``allgpu``:  ``model.fit`` of the model built in ``MirroredStrategy(num_replicas=N).scope()``;
 - ``ddp``:     the keras-io guide "Multi-GPU distributed training with PyTorch": the Keras model wrapped in
   ``torch.nn.parallel.DistributedDataParallel``, a ``DistributedSampler`` DataLoader, ``torch.optim.Adam``,
   ``CrossEntropyLoss`` and a hand-written loop, N processes started by ``torch.multiprocessing``.
 
 The variants alternate round by round; each reports examples/s over the epochs after the first (medians over
-rounds). Prints the ratios allgpu/keras and allgpu/ddp.
+rounds). Prints the ratios allgpu/keras and allgpu/ddp (the cost of Keras's fit loop plus allgpu's sync against
+the guide's bare loop).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import allgpu  # noqa: E402
 from allgpu.launch import free_port  # noqa: E402
 
 
-def data(tiles: int = 4):
+def data(tiles: int = 2):
     digits = load_digits()
     x = np.tile((digits.images / 16.0).astype("float32")[..., None], (tiles, 1, 1, 1))
     return x, np.tile(digits.target.astype("int64"), tiles)
@@ -132,7 +134,8 @@ def ddp_fit(batch: int, epochs: int, world: int) -> float:
     return results.get()
 
 
-def _single(batch, epochs):
+def _single(batch, epochs, threads):
+    torch.set_num_threads(threads)
     return keras_fit(batch, epochs)
 
 
@@ -140,23 +143,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=4, help="per measurement; the first is warm-up")
+    parser.add_argument("--epochs", type=int, default=3, help="per measurement; the first is warm-up")
     parser.add_argument("--batch-size", type=int, default=128, help="global batch")
     args = parser.parse_args()
-    rates: dict[str, list[float]] = {"keras": [], "allgpu": [], "ddp": []}
+    rates: dict[str, list[float]] = {"keras": [], "keras-1t": [], "allgpu": [], "ddp": []}
+    cores = os.cpu_count() or 1
     for r in range(args.rounds):
-        rates["keras"].append(allgpu.launch(_single, num_replicas=1, args=(args.batch_size, args.epochs),
-                                            start_method="spawn")[0])
+        for name, threads in (("keras", cores), ("keras-1t", 1)):
+            rates[name].append(allgpu.launch(_single, num_replicas=1, args=(args.batch_size, args.epochs, threads),
+                                             start_method="spawn")[0])
         rates["allgpu"].append(allgpu.launch(allgpu_fit, num_replicas=args.replicas,
                                              args=(args.batch_size, args.epochs), start_method="spawn")[0])
         rates["ddp"].append(ddp_fit(args.batch_size, args.epochs, args.replicas))
         print(f"round {r + 1}: " + "  ".join(f"{k} {v[-1]:,.0f}/s" for k, v in rates.items()), flush=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
     print(f"\nexamples/s (median of {args.rounds} rounds, global batch {args.batch_size}, {os.cpu_count()} CPU cores)")
-    print(f"  Keras fit, 1 process              {med['keras']:>10,.0f}")
+    print(f"  Keras fit, 1 process, {cores} threads    {med['keras']:>10,.0f}")
+    print(f"  Keras fit, 1 process, 1 thread     {med['keras-1t']:>10,.0f}")
     print(f"  allgpu Keras fit, {args.replicas} replicas       {med['allgpu']:>10,.0f}")
     print(f"  keras-io guide DDP, {args.replicas} replicas     {med['ddp']:>10,.0f}")
     print(f"  allgpu / Keras fit                 {med['allgpu'] / med['keras']:>10.2f}")
+    print(f"  allgpu / Keras fit (1 thread)      {med['allgpu'] / med['keras-1t']:>10.2f}")
     print(f"  allgpu / guide DDP                 {med['allgpu'] / med['ddp']:>10.2f}")
 
 

@@ -55,6 +55,8 @@ class KerasReplica:
         self._fit, self._evaluate, self._predict = cls.fit, cls.evaluate, cls.predict
         self._metrics_result = cls.get_metrics_result
         self._train_input: ShardedInput | None = None
+        self._in_step = False
+        self._batch_logs = True  # whether per-batch logs are shown or read (then each step's metrics are reduced)
         self._state_vars: list = []
         self._decorrelated: set[int] = set()
         for name in ("fit", "evaluate", "predict", "get_metrics_result"):
@@ -110,16 +112,21 @@ class KerasReplica:
         source = self._train_input
         if self.world > 1 and source is not None and source.global_size:
             sync.divisor = source.global_size / leading_size(batch)  # weight = this replica's share of the batch
+        self._in_step = True
         try:
             logs = self.model.train_step(batch)
         finally:
-            sync.divisor = saved
+            sync.divisor, self._in_step = saved, False
         self._average_state()
         return logs
 
     def _test_step(self, data):
-        with torch.no_grad():
-            return self.model.test_step(data[0])
+        self._in_step = True
+        try:
+            with torch.no_grad():
+                return self.model.test_step(data[0])
+        finally:
+            self._in_step = False
 
     def _average_state(self) -> None:
         if self.world == 1 or not self._state_vars:
@@ -138,11 +145,13 @@ class KerasReplica:
         """The model's metric results over the examples of all replicas (a collective).
 
         Metric variables aggregated by ``"sum"`` (Keras's default for metrics) are summed across replicas,
-        ``"mean"`` ones averaged; results are computed from those and local state is restored.
+        ``"mean"`` ones averaged; results are computed from those and local state is restored. Inside a step,
+        when no progress bar or batch-level callback reads the step's logs, the local results are returned
+        instead (one collective per step saved); every replica takes the same branch.
         """
         model = self.model
-        if self.world == 1:
-            return self._metrics_result(model)
+        if self.world == 1 or (self._in_step and not self._batch_logs):
+            return self._metrics_result(model)  # a step's logs nobody shows: the epoch's are reduced at its end
         variables = [v for m in model.metrics for v in m.variables if v.aggregation in _SUM + _MEAN]
         if not variables:
             return self._metrics_result(model)
@@ -191,6 +200,8 @@ class KerasReplica:
             val = self._input(*_unpack(validation_data), validation_batch_size or batch_size, False)
         self._prepare(train)
         self._train_input = train
+        self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_train_batch_end", "on_batch_end",
+                                             "on_test_batch_end")
         try:
             return self._fit(self.model, train, epochs=epochs, verbose=self._verbose(verbose),
                              callbacks=wrap_callbacks(callbacks, self.strategy, train), validation_data=val,
@@ -206,6 +217,7 @@ class KerasReplica:
         if not kwargs.get("_use_cached_eval_dataset"):
             x = self._input(x, y, sample_weight, batch_size, False)
             self._prepare(x)
+            self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_test_batch_end")
             y = sample_weight = batch_size = None
             callbacks = wrap_callbacks(callbacks, self.strategy, None)
         return self._evaluate(self.model, x, y, batch_size=batch_size, verbose=self._verbose(verbose),
@@ -238,6 +250,17 @@ class KerasReplica:
                     pieces.append(gathered[cursor[r]:cursor[r] + n])
                 cursor[r] += n
         return np.concatenate(pieces)
+
+
+def _shows_batch_logs(verbose, callbacks, *hooks: str) -> bool:
+    """Whether a progress bar (``verbose`` 1 or "auto") or a callback overriding one of ``hooks`` reads each
+    batch's logs. Decided from the call's arguments, identical on every replica."""
+    if verbose in (1, "auto", True):
+        return True
+    from keras.src.utils.python_utils import is_default
+
+    listed = callbacks.callbacks if hasattr(callbacks, "callbacks") else list(callbacks or [])
+    return any(not is_default(getattr(cb, hook)) for cb in listed for hook in hooks)
 
 
 def _unpack(data) -> tuple:
