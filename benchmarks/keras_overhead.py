@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import time
 
@@ -35,7 +36,6 @@ import torch.multiprocessing as mp  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 
 import allgpu  # noqa: E402
-from allgpu.launch import free_port  # noqa: E402
 
 
 def data(tiles: int = 2):
@@ -124,6 +124,12 @@ def _ddp_replica(rank, world, port, batch, epochs, results):
     if rank == 0:
         results.put(float(rate))
     dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def ddp_fit(batch: int, epochs: int, world: int) -> float:
