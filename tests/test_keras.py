@@ -169,3 +169,30 @@ def test_predict_returns_every_example_once_in_input_order():
         for got in allgpu.launch(_predict, num_replicas=replicas):
             assert got.shape == (103, 1)
             np.testing.assert_allclose(got, one, rtol=1e-5, atol=1e-6)
+
+
+def _shuffled(source):
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    strategy = allgpu.MirroredStrategy()
+    keras.utils.set_random_seed(0)  # replica 0 draws the shuffle seed and sends it to the others
+    x, y = regression_data()
+    with strategy.scope():
+        model = build("sequential")
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    if source == "dataloader":
+        loader = DataLoader(TensorDataset(torch.tensor(x), torch.tensor(y)), batch_size=BATCH, shuffle=True)
+        model.fit(loader, epochs=2, verbose=0)
+    else:
+        model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=True, verbose=0)
+    return [w.copy() for w in model.get_weights()]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("source", ["arrays", "dataloader"])
+def test_shuffled_fit_on_two_replicas_matches_one(source):
+    one = allgpu.launch(_shuffled, num_replicas=1, args=(source,))[0]
+    for weights in allgpu.launch(_shuffled, num_replicas=2, args=(source,)):
+        for got, want in zip(weights, one):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
