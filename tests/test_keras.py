@@ -196,3 +196,24 @@ def test_shuffled_fit_on_two_replicas_matches_one(source):
     for weights in allgpu.launch(_shuffled, num_replicas=2, args=(source,)):
         for got, want in zip(weights, one):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def _on_batch():
+    strategy = allgpu.MirroredStrategy()
+    keras.utils.set_random_seed(strategy.replica_id_in_sync)
+    x, y = regression_data()
+    with strategy.scope():
+        model = build("sequential")   # built lazily by the first train_on_batch
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse", metrics=["mae"])
+    logs = [model.train_on_batch(x[i:i + 30], y[i:i + 30], return_dict=True) for i in range(0, 120, 30)]
+    return [w.copy() for w in model.get_weights()], logs, model.test_on_batch(x[:50], y[:50], return_dict=True)
+
+
+@pytest.mark.timeout(120)
+def test_train_on_batch_splits_the_global_batch():
+    weights1, logs1, test1 = allgpu.launch(_on_batch, num_replicas=1)[0]
+    for weights, logs, test in allgpu.launch(_on_batch, num_replicas=4):  # 30 = 8 + 8 + 7 + 7
+        for got, want in zip(weights, weights1):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+        for got, want in zip(logs + [test], logs1 + [test1]):
+            np.testing.assert_allclose([got["loss"], got["mae"]], [want["loss"], want["mae"]], rtol=1e-4)

@@ -53,13 +53,14 @@ class KerasReplica:
         self.rank = strategy.replica_id_in_sync
         cls = type(model)
         self._fit, self._evaluate, self._predict = cls.fit, cls.evaluate, cls.predict
+        self._train_on_batch, self._test_on_batch = cls.train_on_batch, cls.test_on_batch
         self._metrics_result = cls.get_metrics_result
         self._train_input: ShardedInput | None = None
         self._in_step = False
         self._batch_logs = True  # whether per-batch logs are shown or read (then each step's metrics are reduced)
         self._state_vars: list = []
         self._decorrelated: set[int] = set()
-        for name in ("fit", "evaluate", "predict", "get_metrics_result"):
+        for name in ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "get_metrics_result"):
             object.__setattr__(model, name, getattr(self, name))
         object.__setattr__(model, "_allgpu_replica", self)
 
@@ -225,6 +226,25 @@ class KerasReplica:
                               return_dict=return_dict, **kwargs)
 
 
+    def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
+        """``keras.Model.train_on_batch`` with ``x`` a global batch: each replica trains on its slice; one step.
+        Returns global logs. A collective."""
+        data = self._input(x, y, sample_weight, _leading(x), False, class_weight)
+        self._prepare(data)
+        local = next(iter(data))  # this replica's slice; data.global_size is the global batch
+        self._train_input, self._batch_logs = data, True
+        try:
+            return self._train_on_batch(self.model, *_unpack(local), return_dict=return_dict)
+        finally:
+            self._train_input = None
+
+    def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
+        """``keras.Model.test_on_batch`` with ``x`` a global batch, split across replicas; global logs."""
+        data = self._input(x, y, sample_weight, _leading(x), False)
+        self._prepare(data)
+        self._batch_logs = True
+        return self._test_on_batch(self.model, *_unpack(next(iter(data))), return_dict=return_dict)
+
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """``keras.Model.predict`` on every replica: each replica predicts its slices of every global batch and the
         outputs are gathered, in input order, on every replica (the same array everywhere). A collective."""
@@ -261,6 +281,12 @@ def _shows_batch_logs(verbose, callbacks, *hooks: str) -> bool:
 
     listed = callbacks.callbacks if hasattr(callbacks, "callbacks") else list(callbacks or [])
     return any(not is_default(getattr(cb, hook)) for cb in listed for hook in hooks)
+
+
+def _leading(x) -> int:
+    from keras import tree
+
+    return int(next(a for a in tree.flatten(x) if a is not None).shape[0])
 
 
 def _unpack(data) -> tuple:
