@@ -6,7 +6,7 @@ register_module_parameter_registration_hook``) records every parameter and buffe
 identical on every replica (broadcast from replica 0) and handed to gradient sync. Following
 ``tf.distribute``, a trainable parameter used in training without having been mirrored is an error
 (:class:`~allgpu.errors.NotMirroredError`): a global forward pre-hook checks each module once, on its first
-forward with gradients enabled.
+forward with gradients enabled and tensor inputs (symbolic calls, as Keras makes to build a model, are not checked).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Iterable
 
 import torch
 from torch.nn.modules import module as nn_module
+from torch.utils._pytree import tree_leaves
 
 from allgpu.errors import NotMirroredError
 from allgpu.replica_group import ReplicaGroup
@@ -109,6 +110,8 @@ class MirrorCheck:
     def _check(self, module: torch.nn.Module, args) -> None:
         if module in self._verified or not torch.is_grad_enabled():
             return
+        if not any(isinstance(a, torch.Tensor) for a in tree_leaves(args)):
+            return  # a symbolic call (Keras building a functional model from KerasTensors), not training
         for name, param in module.named_parameters():
             if param.requires_grad and not self.is_mirrored(param):
                 raise NotMirroredError(self._message(module, name, param))
@@ -117,6 +120,8 @@ class MirrorCheck:
 
     def _message(self, module: torch.nn.Module, name: str, param: torch.Tensor) -> str:
         where = f"{type(module).__name__}.{name}" if name else type(module).__name__
+        if "_torch_params." in name:  # a Keras variable: name it by its Keras path
+            where = f"{name.split('_torch_params.')[-1]!r} (Keras variable)"
         return (
             f"parameter {where} (shape {tuple(param.shape)}, on {param.device}) of a {type(module).__name__} "
             f"was created outside strategy.scope(), so replica {self.rank} would train it alone: its gradients "

@@ -19,6 +19,7 @@ import torch
 from allgpu.errors import ArgumentError, ArgumentTypeError
 from allgpu import live
 from allgpu.accumulate import Accumulation
+from allgpu import keras as keras_support
 from allgpu.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput
 from allgpu.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
 from allgpu.replica_group import REDUCE_OPS, ReplicaGroup
@@ -122,20 +123,30 @@ class Strategy:
         Their parameters are allocated on the replica's device, made identical on every replica (broadcast from
         replica 0) when the outermost scope exits, and their gradients are averaged across replicas by the time
         ``loss.backward()`` returns. Follows ``tf.distribute.Strategy.scope``.
+
+        Keras models (PyTorch backend) constructed inside also have their lazily created variables mirrored when
+        they are built, and their ``fit``/``evaluate`` train on every replica (:mod:`allgpu.keras`).
         """
         recorder = ScopeRecorder()
+        keras_models = keras_support.ModelRecorder()
         self._scope_depth += 1
         try:
-            with torch.device(self.device), recorder:
+            with torch.device(self.device), recorder, keras_models:
                 yield self
         finally:
             self._scope_depth -= 1
         self._mirror(recorder.params, recorder.buffers)
+        keras_support.adopt(self, keras_models.models)
 
     def mirror(self, module: torch.nn.Module) -> torch.nn.Module:
         """Mirror a module built outside ``scope()`` (loaded from disk, say): move, broadcast, sync. Returns it.
 
-        A collective: every replica mirrors the same module (replica 0's values are broadcast)."""
+        A Keras model (PyTorch backend) is mirrored as if built in ``scope()``: its variables now and when it is
+        built later, and its ``fit``/``evaluate`` train on every replica. A collective.
+        """
+        if keras_support.is_keras_model(module):
+            keras_support.adopt(self, [module])
+            return module
         if not isinstance(module, torch.nn.Module):
             raise ArgumentTypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
         self._mirror(list(module.parameters()), list(module.buffers()))
