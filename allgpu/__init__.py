@@ -31,6 +31,7 @@ _EXPORTS = {
     "MultiWorkerMirroredStrategy": "allgpu.strategies",
     "CentralStorageStrategy": "allgpu.strategies",
     "ParameterServerStrategy": "allgpu.strategies",
+    "FullyShardedStrategy": "allgpu.strategies",
     "fit": "allgpu.train",
     "evaluate": "allgpu.train",
     "History": "allgpu.train",

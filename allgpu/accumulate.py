@@ -17,6 +17,7 @@ all-reduce count that DDP's ``no_sync`` gives, without the user juggling context
 
 from __future__ import annotations
 
+from allgpu.errors import ArgumentError
 from allgpu.sync import GradientSync
 
 
@@ -31,7 +32,7 @@ class Accumulation:
 
     def __init__(self, sync: GradientSync, k: int):
         if not isinstance(k, int) or k < 1:
-            raise ValueError(f"accumulate(k={k!r}): k is the number of micro-batches per step, a positive integer.")
+            raise ArgumentError(f"accumulate(k={k!r}): k is the number of micro-batches per step, a positive integer.")
         self._sync = sync
         self.k = k
         self.micro_step = 0

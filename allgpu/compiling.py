@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import torch
 
+from allgpu.errors import ArgumentError, ArgumentTypeError
 from allgpu.sync import FIRST_BUCKET_BYTES, GradientSync
 
 
@@ -38,7 +39,7 @@ def resolve_backend(backend: str | Callable) -> Callable:
     try:
         return torch._dynamo.lookup_backend(backend)
     except Exception as exc:  # Dynamo raises InvalidBackend, a RuntimeError subclass, for unknown names
-        raise ValueError(f"torch.compile backend {backend!r} is unknown; expected one of "
+        raise ArgumentError(f"torch.compile backend {backend!r} is unknown; expected one of "
                          f"{sorted(torch._dynamo.list_backends(exclude_tags=()))}.") from exc
 
 
@@ -66,10 +67,10 @@ def compile_model(model: torch.nn.Module, sync: GradientSync, *, backend: str | 
     working). ``compile_kwargs`` are ``torch.compile``'s (``mode``, ``dynamic``, ``fullgraph``, ``options``).
     """
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"compile() takes a torch.nn.Module; got {type(model).__name__}.")
+        raise ArgumentTypeError(f"compile() takes a torch.nn.Module; got {type(model).__name__}.")
     tuned = compile_kwargs.get("mode") is not None or bool(compile_kwargs.get("options"))
     if tuned and backend != "inductor":
-        raise ValueError(f"mode= and options= are inductor's; backend={backend!r}. Fix: drop them or use inductor.")
+        raise ArgumentError(f"mode= and options= are inductor's; backend={backend!r}. Fix: drop them or use inductor.")
     if tuned:
         # torch.compile passes mode/options to inductor only when it is named by string; keep them with it.
         from torch._inductor import list_mode_options

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, Tens
 
 from allgpu.advice import workers_here
 from allgpu.data_rng import SeededExamples, loader_generator, seeded
-from allgpu.errors import DatasetTypeError, InputError
+from allgpu.errors import ArgumentError, DatasetTypeError, InputError
 
 
 @dataclass(frozen=True)
@@ -302,7 +302,7 @@ class DistributedDataset:
         for key in ("global_batch_size", "seed"):
             mine = self.global_batch_size if key == "global_batch_size" else self.sampler.seed
             if state.get(key, mine) != mine:
-                raise ValueError(
+                raise ArgumentError(
                     f"the saved input position was taken with {key}={state[key]}, this dataset has {key}={mine}; "
                     f"resuming would skip or repeat examples. Fix: distribute the dataset with {key}={state[key]}."
                 )

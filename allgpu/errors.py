@@ -83,9 +83,22 @@ class ArgumentError(AllGpuError, ValueError):
     the message names the argument, what was expected, and the fix."""
 
 
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument of the wrong type (a module where a function is expected, a list where a tuple is): both a
+    ``ValueError`` and a ``TypeError``, so either ``except`` catches it."""
+
+
+class ScriptNotFoundError(AllGpuError, FileNotFoundError):
+    """``allgpu run`` / ``allgpu doctor --run`` of a script that does not exist."""
+
+
 class MonitorUsageError(AllGpuError, RuntimeError):
     """The step monitor called out of order (a phase outside a step, ``end_step`` without ``start_step``, a
     hang dump installed off the main thread)."""
+
+
+class ShardingError(AllGpuError, ValueError):
+    """A model or optimizer that ``FullyShardedStrategy`` cannot shard as asked (e.g. a unit splitting a tied weight)."""
 
 
 class InputError(AllGpuError, ValueError):

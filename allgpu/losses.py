@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from allgpu.errors import ArgumentError
+
 
 def compute_average_loss(per_example_loss: torch.Tensor, global_batch_size: int | None = None, *,
                          sample_weight: torch.Tensor | float | None = None, strategy=None) -> torch.Tensor:
@@ -43,7 +45,7 @@ def compute_average_loss(per_example_loss: torch.Tensor, global_batch_size: int 
     if global_batch_size is None:
         global_batch_size = per_example_loss.shape[0] * replicas if per_example_loss.dim() else replicas
     if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) or global_batch_size < 1:
-        raise ValueError(f"compute_average_loss(global_batch_size={global_batch_size!r}); expected a positive int, "
+        raise ArgumentError(f"compute_average_loss(global_batch_size={global_batch_size!r}); expected a positive int, "
                          "the examples per step across all replicas.")
     if sample_weight is not None:
         per_example_loss = per_example_loss * sample_weight

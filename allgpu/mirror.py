@@ -6,8 +6,9 @@ register_module_parameter_registration_hook``) records every parameter and buffe
 identical on every replica (broadcast from replica 0) and handed to gradient sync. Following
 ``tf.distribute``, a trainable parameter used in training without having been mirrored is an error
 (:class:`~allgpu.errors.NotMirroredError`): a global forward pre-hook checks each module once, on its first
-forward with gradients enabled, and an optimizer step pre-hook checks what an optimizer updates (the check that
-still runs when the forward is compiled).
+forward with gradients enabled and tensor inputs (symbolic calls, as Keras makes to build a model, are not checked),
+and an optimizer step pre-hook checks what an optimizer updates (the check that still runs when the forward is
+compiled).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Iterable
 import torch
 from torch.nn.modules import module as nn_module
 from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.utils._pytree import tree_leaves
 
 from allgpu.errors import NotMirroredError
 from allgpu.replica_group import ReplicaGroup
@@ -125,6 +127,8 @@ class MirrorCheck:
     def _check(self, module: torch.nn.Module, args) -> None:
         if torch.compiler.is_compiling() or not torch.is_grad_enabled() or module in self._verified:
             return
+        if not any(isinstance(a, torch.Tensor) for a in tree_leaves(args)):
+            return  # a symbolic call (Keras building a functional model from KerasTensors), not training
         for name, param in module.named_parameters():
             if param.requires_grad and not self.is_mirrored(param):
                 raise NotMirroredError(self._message(*_unwrap_compiled(module, name), param))
@@ -150,6 +154,8 @@ class MirrorCheck:
         else:
             where = f"{type(module).__name__}.{name}" if name else type(module).__name__
             owner = f"a {type(module).__name__}"
+            if "_torch_params." in name:  # a Keras variable: name it by its Keras path
+                where = f"{name.split('_torch_params.')[-1]!r} (Keras variable)"
         return (
             f"parameter {where} (shape {tuple(param.shape)}, on {param.device}) of {owner} "
             f"was created outside strategy.scope(), so replica {self.rank} would train it alone: its gradients "

@@ -19,6 +19,7 @@ import copy
 
 import torch
 
+from allgpu.errors import ArgumentError, ArgumentTypeError
 NOT_SPLITTABLE = ("LBFGS", "SparseAdam")
 
 
@@ -36,9 +37,10 @@ class BucketStepper:
 
     def __init__(self, optimizer: torch.optim.Optimizer):
         if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"optimizer_in_backward takes a torch.optim.Optimizer; got {type(optimizer).__name__}.")
+            raise ArgumentTypeError("optimizer_in_backward takes a torch.optim.Optimizer; got "
+                                    f"{type(optimizer).__name__}.")
         if type(optimizer).__name__ in NOT_SPLITTABLE:
-            raise ValueError(f"{type(optimizer).__name__} updates all parameters together and cannot step per "
+            raise ArgumentError(f"{type(optimizer).__name__} updates all parameters together and cannot step per "
                              "gradient bucket. Fix: use the ordinary optimizer.step() (optimizer_in_backward=False).")
         self.optimizer = optimizer
         self._group_of = {id(p): g for g, group in enumerate(optimizer.param_groups) for p in group["params"]}

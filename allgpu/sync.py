@@ -24,6 +24,7 @@ from typing import Iterable
 import torch
 import torch.distributed as dist
 
+from allgpu.errors import ArgumentError
 from allgpu.replica_group import ReplicaGroup
 
 
@@ -66,7 +67,7 @@ class GradientSync:
 
     def __init__(self, group: ReplicaGroup, bucket_cap_mb: float = 25.0, compression: str | None = None):
         if compression not in COMPRESSIONS:
-            raise ValueError(f"gradient_compression={compression!r}; expected one of {tuple(COMPRESSIONS)}.")
+            raise ArgumentError(f"gradient_compression={compression!r}; expected one of {tuple(COMPRESSIONS)}.")
         self.group = group
         self.wire_dtype = COMPRESSIONS[compression]
         self.bucket_cap_bytes = int(bucket_cap_mb * 1024 * 1024)

@@ -14,14 +14,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "allgpu"
 LAYERS = {
     "errors": 0, "findings": 0, "devices": 0, "advice": 0, "live": 0,
     "runtime": 1,
-    "ledger": 2, "replica_group": 2, "sync": 2, "mirror": 2, "compiling": 2, "optim_backward": 2, "data": 2, "data_rng": 2, "accumulate": 2,
+    "ledger": 2, "replica_group": 2, "sync": 2, "mirror": 2, "data": 2, "data_rng": 2, "accumulate": 2,
+    "compiling": 2, "optim_backward": 2,
+    "keras": 2,  # the Keras 3 adapter: uses the core only (imports Keras lazily); scope() and mirror() call it
     "strategies": 3, "losses": 3,
     "checkpoint": 4,
     "lint": 5, "monitor": 5,  # diagnosis beside the core: import only down
     "doctor": 6,  # may use the monitor's report and the linter for `doctor --run`
     "train": 7,
-    "keras": 8,
-    "bench": 9, "demo": 9, "predict": 9,
+    "bench": 9, "bench_memory": 9, "demo": 9, "predict": 9,
     "cli": 10,
 }
 LINES_PER_FILE = 400
@@ -115,3 +116,14 @@ def test_files_and_functions_stay_small():
                 if length > LINES_PER_FUNCTION:
                     too_big.append(f"{module}.{node.name}: {length} lines")
     assert not too_big, "over budget:\n" + "\n".join(too_big)
+
+
+def test_user_mistakes_raise_typed_errors():
+    """Every error allgpu raises on purpose has an allgpu type (``allgpu.errors``), each also the built-in a user
+    would catch; a bare ``raise ValueError(...)`` would give a user nothing to catch by allgpu's name."""
+    import re
+
+    bare = re.compile(r"raise (ValueError|TypeError|KeyError|FileNotFoundError|OSError)\(")
+    found = [f"{path.relative_to(PACKAGE.parent)}:{n}" for path in PACKAGE.rglob("*.py")
+             for n, line in enumerate(path.read_text().splitlines(), 1) if bare.search(line)]
+    assert not found, "bare built-in errors raised (use a type from allgpu.errors):\n" + "\n".join(found)

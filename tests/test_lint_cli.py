@@ -142,3 +142,40 @@ def test_check_source_api_and_never_imports_frameworks():
 def test_weird_input_never_raises(bad_text):
     found = check_source(bad_text, "w.py")
     assert all(f.rule_id == "E999" for f in found)
+
+
+def test_statistics_and_exit_zero(tmp_path, capsys):
+    bad = write(tmp_path, "bad.py", BAD + "import torch\nsd = torch.load('x')\nsd2 = torch.load('y')\n")
+    code, out, _ = run_cli(capsys, bad, "--statistics")
+    lines = out.splitlines()
+    assert code == 1 and lines[0].split()[:2] == ["2", "PT011"] and lines[1].split()[:2] == ["1", "PT001"]
+    assert "bad.py:" not in out and lines[-1] == "3 finding(s) in 1 file(s)"
+    data = json.loads(run_cli(capsys, bad, "--statistics", "--format", "json")[1])
+    assert data["statistics"][0] == {"rule_id": "PT011", "count": 2, "severity": "warning",
+                                     "title": RULES["PT011"].title}
+    code, out, _ = run_cli(capsys, bad, "--exit-zero")
+    assert code == 0 and "PT001" in out
+    assert run_cli(capsys, tmp_path / "missing.py", "--exit-zero")[0] == 2
+
+
+def test_findings_sorted_by_file_then_line_and_stable(tmp_path, capsys):
+    write(tmp_path, "b.py", "import torch\nx = torch.load('a')\n" + BAD)
+    write(tmp_path, "a.py", BAD + "import torch\nx = torch.load('a')\n")
+    out1 = run_cli(capsys, tmp_path / "b.py", tmp_path / "a.py")[1]
+    out2 = run_cli(capsys, tmp_path / "a.py", tmp_path / "b.py")[1]
+    locs = [ln.split(": ")[0] for ln in out1.splitlines()[:-1]]
+    assert out1 == out2 and len(locs) == 4
+    assert locs == sorted(locs, key=lambda s: (s.split(":")[0], int(s.split(":")[1])))
+
+
+@pytest.mark.replicas
+def test_parser_warnings_about_user_code_are_not_printed():
+    code = ("import warnings; warnings.simplefilter('default')\nfrom allgpu.lint import check_source\n"
+            "check_source('y = 1if 2 else 3\\nz = \"\\\\d\"\\n', 'a.py')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr
+
+
+def test_notebook_percent_formatting_on_a_continuation_line_is_python_not_a_magic():
+    nb = notebook(("code", "x = 1\nprint('epoch %d'\n      %(x))\n%time y = 2\n!ls"))
+    assert check_source(nb, "nb.ipynb") == []

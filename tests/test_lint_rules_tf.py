@@ -1,7 +1,7 @@
 """TensorFlow/Keras rules: each must fire on its pitfall and stay quiet on the near-misses of issue 3."""
 
 import pytest
-from tests.lint_helpers import ids
+from tests.lint_helpers import ALL_RULES, ids
 
 HEAD = "import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\nB = 64 * strategy.num_replicas_in_sync\n"
 
@@ -106,7 +106,9 @@ def test_tf002_quiet_tensor_pinned():
     "tf.config.set_visible_devices(gpus[:1], 'GPU')",
 ])
 def test_tf003_narrowed(stmt):
-    assert "TF003" in ids(f"import os\nimport tensorflow as tf\ngpus = tf.config.list_physical_devices('GPU')\n{stmt}\n")
+    src = f"import os\nimport tensorflow as tf\ngpus = tf.config.list_physical_devices('GPU')\n{stmt}\n"
+    assert "TF003" in ids(src + "strategy = tf.distribute.MirroredStrategy()\n")
+    assert "TF003" not in ids(src)  # a one-GPU script choosing its GPU: no multi-device intent
 
 
 @pytest.mark.parametrize("stmt", [
@@ -231,8 +233,12 @@ for i, batch in enumerate(ds):
     assert "TF010" not in ids(src)
 
 
-def test_tf012_mwms_without_cluster():
-    assert "TF012" in ids("import tensorflow as tf\ns = tf.distribute.MultiWorkerMirroredStrategy()\n")
+def test_tf012_mwms_without_cluster_only_when_selected():
+    from allgpu.lint import check_source
+    src = "import tensorflow as tf\ns = tf.distribute.MultiWorkerMirroredStrategy()\n"
+    assert "TF012" not in {f.rule_id for f in check_source(src, "t.py")}  # off by default (DEFAULT_OFF)
+    assert [f.rule_id for f in check_source(src, "t.py", select="TF012")] == ["TF012"]
+    assert "TF012" in {f.rule_id for f in check_source(src, "t.py", select="TF")}
 
 
 @pytest.mark.parametrize("extra", [
@@ -240,7 +246,9 @@ def test_tf012_mwms_without_cluster():
     "r = tf.distribute.cluster_resolver.SlurmClusterResolver()",
 ])
 def test_tf012_quiet_with_cluster(extra):
-    assert "TF012" not in ids(f"import os\nimport tensorflow as tf\n{extra}\ns = tf.distribute.MultiWorkerMirroredStrategy()\n")
+    from allgpu.lint import check_source
+    src = f"import os\nimport tensorflow as tf\n{extra}\ns = tf.distribute.MultiWorkerMirroredStrategy()\n"
+    assert check_source(src, "t.py", select="TF012") == []
 
 
 def test_tf001_follows_function_passed_to_absl_app_run():
@@ -259,3 +267,122 @@ app.run(main)
 def test_tf008_quiet_on_tf_data_options_only():
     src = "import tensorflow as tf\nopts = tf.data.Options()\nmodel.fit(x, y)\n"
     assert "TF008" not in ids(src)
+
+
+# ---- real-world corpus families (issue 11) -------------------------------------------------------------
+def test_tf007_quiet_on_constant_named_global_and_in_input_fn():
+    src = HEAD.replace("B = 64 * strategy.num_replicas_in_sync\n", "") + """
+GLOBAL_BATCH_SIZE = 64
+ds = tf.data.Dataset.range(10).batch(GLOBAL_BATCH_SIZE).prefetch(1)
+def dataset_fn(input_context):
+    return tf.data.Dataset.range(10).batch(16).prefetch(1)
+dist = strategy.distribute_datasets_from_function(dataset_fn)
+model.fit(ds)
+"""
+    assert "TF007" not in ids(src)
+    assert "TF007" in ids(src.replace("batch(GLOBAL_BATCH_SIZE)", "batch(64)"))
+
+
+def test_tf007_quiet_on_fit_before_any_strategy():
+    src = ("import tensorflow as tf\nmodel = build()\nmodel.fit(x, y, batch_size=8)\n"
+           "strategy = tf.distribute.MirroredStrategy()\nwith strategy.scope():\n    m2 = build()\n"
+           "m2.fit(x, y, batch_size=8)\n")
+    from allgpu.lint import check_source
+    assert [f.line for f in check_source(src, "t.py", select=ALL_RULES) if f.rule_id == "TF007"] == [7]
+
+
+def test_tf011_lambda_run_eagerly():
+    assert "TF011" in ids(HEAD + "for x in dist:\n    out = strategy.run(lambda v: v * 2, args=(x,))\n")
+    assert "TF011" not in ids(HEAD + "@tf.function\ndef f(x):\n    return strategy.run(lambda v: v, args=(x,))\n")
+
+
+def test_tf008_only_training_pipelines_and_not_distributed_ones():
+    train = "ds = tf.data.Dataset.range(8).batch(B)\n"
+    assert "TF008" in ids(HEAD + train + "model.fit(ds)\n")
+    assert "TF008" not in ids(HEAD + train + "model.evaluate(ds)\n")
+    assert "TF008" not in ids(HEAD + train + "dist = strategy.experimental_distribute_dataset(ds)\n"
+                              "for x in dist:\n    strategy.run(step, args=(x,))\n")
+    assert "TF008" not in ids(HEAD + train + "ds = ds.prefetch(2)\nmodel.fit(ds)\n")
+
+
+def test_tf009_follows_tuple_unpacking_and_subscripts():
+    src = ("import tensorflow as tf\nimport tensorflow_datasets as tfds\n"
+           "datasets, info = tfds.load('mnist', with_info=True)\ntr, te = datasets['train'], datasets['test']\n"
+           "ds = tr.map(f).batch(8).prefetch(1)\nmodel.fit(ds)\n")
+    assert "TF009" in ids(src)
+
+
+def test_tf001_and_tf005_quiet_on_single_device_baseline_before_strategy():
+    src = """
+import tensorflow as tf
+class Trainer:
+    def __init__(self):
+        self.model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+        self.opt = tf.keras.optimizers.Adam()
+    def step(self, x):
+        with tf.GradientTape() as t:
+            loss = self.model(x)
+        self.opt.apply_gradients(zip(t.gradient(loss, self.model.trainable_variables), self.model.trainable_variables))
+    def train(self, ds):
+        for x in ds:
+            self.step(x)
+baseline = Trainer()
+baseline.train(ds)
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    dist = Trainer()
+"""
+    assert not {"TF001", "TF005"} & ids(src)
+    assert "TF001" in ids(src + "baseline.train(ds)\n")
+
+
+def test_mirrored_over_one_listed_device_is_single_device():
+    src = ("import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy(devices=['/GPU:0'])\n"
+           "ds = tf.data.Dataset.range(8).batch(32).prefetch(1)\nmodel.fit(ds)\n")
+    assert "TF007" not in ids(src)
+    assert "TF007" in ids(src.replace("['/GPU:0']", "['/GPU:0', '/GPU:1']"))
+
+
+def test_notebook_builder_in_one_cell_called_under_scope_in_another_and_baseline_cells():
+    import json
+    from allgpu.lint import check_source
+    cells = ["import tensorflow as tf\ndef build():\n    return tf.keras.Sequential([tf.keras.layers.Dense(1)])",
+             "base = build()\nbase.compile('adam', 'mse')\nbase.fit(x, y)",  # runs before any strategy: baseline
+             "strategy = tf.distribute.MirroredStrategy()",
+             "with strategy.scope():\n    model = build()\n    model.compile('adam', 'mse')",
+             "model.fit(x, y)"]
+    nb = json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells]})
+    assert [f.rule_id for f in check_source(nb, "n.ipynb", select=ALL_RULES) if f.rule_id == "TF001"] == []
+    late = json.dumps({"cells": [{"cell_type": "code", "source": c} for c in cells + ["base.fit(x, y)"]]})
+    [f] = [f for f in check_source(late, "n.ipynb", select=ALL_RULES) if f.rule_id == "TF001"]
+    assert (f.cell, f.line) == (1, 3) and "called at cell 2, line 1" in f.message
+
+
+def test_tf011_quiet_in_tf1_graph_mode():
+    src = HEAD + "def step(x):\n    return x\nloss = strategy.run(step, args=(x,))\nwith tf.compat.v1.Session() as s:\n    s.run(loss)\n"
+    assert "TF011" not in ids(src)
+    assert "TF011" in ids(src.replace("with tf.compat.v1.Session() as s:\n    s.run(loss)\n", ""))
+
+
+def test_tf007_constant_batch_even_when_the_replica_count_is_printed():
+    src = (HEAD + "print(strategy.num_replicas_in_sync)\nds = tf.data.Dataset.range(8).batch(64).prefetch(1)\n"
+           "pds = tf.data.Dataset.range(8).padded_batch(4).prefetch(1)\nmodel.fit(ds)\n")
+    from allgpu.lint import check_source
+    assert [f.line for f in check_source(src, "t.py", select=ALL_RULES) if f.rule_id == "TF007"] == [5, 6]
+    scaled = HEAD + "BATCH = 64\nBATCH *= strategy.num_replicas_in_sync\nds = tf.data.Dataset.range(8).batch(BATCH)\n"
+    assert "TF007" not in ids(scaled + "model.fit(ds.prefetch(1))\n")
+
+
+def test_tf007_fit_batch_size_ignored_for_datasets():
+    assert "TF007" in ids(HEAD.replace("B = 64 * strategy.num_replicas_in_sync\n", "") + "model.fit(x_train, y_train, batch_size=32)\n")
+    assert "TF007" not in ids(HEAD + "train_dataset = loader.get()\nmodel.fit(train_dataset, batch_size=32)\n")
+
+
+def test_rules_below_090_held_out_precision_are_off_by_default_but_selectable():
+    from allgpu.lint import check_source
+    from allgpu.lint.catalog import DEFAULT_OFF
+    assert {"TF001", "TF007", "TF012"} <= DEFAULT_OFF
+    src = HEAD.replace("B = 64 * strategy.num_replicas_in_sync\n", "") + \
+        "model = tf.keras.Sequential([tf.keras.layers.Dense(1)])\nmodel.compile('adam', 'mse')\nmodel.fit(x, y, batch_size=32)\n"
+    assert not {"TF001", "TF007"} & {f.rule_id for f in check_source(src, "t.py")}
+    assert {"TF001", "TF007"} <= {f.rule_id for f in check_source(src, "t.py", select="TF001,TF007")}

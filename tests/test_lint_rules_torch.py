@@ -1,7 +1,7 @@
 """PyTorch and allgpu rules: each must fire on its pitfall and stay quiet on the near-misses of issue 3."""
 
 import pytest
-from tests.lint_helpers import ids
+from tests.lint_helpers import ALL_RULES, ids
 
 DDP_HEAD = """
 import os
@@ -172,3 +172,324 @@ def test_pt007_quiet_for_per_rank_file():
 def test_pt002_quiet_in_library_that_only_imports_dist():
     src = "import torch\nimport torch.distributed as dist\ndef helper(x):\n    return x.to(torch.device('cuda'))\n"
     assert "PT002" not in ids(src)
+
+
+# ---- issue 11: families the real-world corpus showed --------------------------------------------------------
+def lines_of(src: str, rule: str) -> list[int]:
+    import textwrap
+
+    from allgpu.lint import check_source
+    return [f.line for f in check_source(textwrap.dedent(src), "train.py") if f.rule_id == rule]
+
+
+@pytest.mark.parametrize("guard", [
+    "local_rank == 0",                                   # torchrun's per-node rank
+    "args.local_rank in [-1, 0]",                        # the old transformers examples
+    "int(os.environ['LOCAL_RANK']) == 0",
+    "not args.multiprocessing_distributed or args.rank % ngpus_per_node == 0",   # pytorch/examples imagenet
+])
+def test_pt007_per_node_guard_is_not_a_job_guard(guard):
+    src = DDP_HEAD + f"if {guard}:\n    torch.save(model.state_dict(), 'm.pt')\n"
+    assert "PT007" in ids(src)
+
+
+def test_pt007_per_node_guard_at_the_call_site_of_a_helper():
+    src = DDP_HEAD + ("def save_checkpoint(state, filename):\n    torch.save(state, filename)\n"
+                      "if args.rank % ngpus_per_node == 0:\n    save_checkpoint(model.state_dict(), 'c.pt')\n")
+    assert lines_of(src, "PT007") == [12]
+
+
+@pytest.mark.parametrize("guard", ["args.rank == 0", "dist.get_rank() == 0 and epoch % 10 == 0",
+                                   "not args.distributed or dist.get_rank() == 0", "utils.is_main_process()"])
+def test_pt007_quiet_with_job_guard(guard):
+    assert "PT007" not in ids(DDP_HEAD + f"if {guard}:\n    torch.save(model.state_dict(), 'm.pt')\n")
+
+
+def test_pt011_quiet_under_safe_globals():
+    src = ("import torch\nwith open(p, 'rb') as f:\n    with torch.serialization.safe_globals([Net]):\n"
+           "        model = torch.load(f)\n")
+    assert "PT011" not in ids(src)
+    assert "PT011" in ids("import torch\nwith open(p, 'rb') as f:\n    model = torch.load(f)\n")
+
+
+@pytest.mark.parametrize("workers,flag", [("0", True), ("4", False)])
+def test_pt005_num_workers_through_a_name(workers, flag):
+    src = (f"import torch\nnum_workers = {workers}\n"
+           "loader = torch.utils.data.DataLoader(ds, batch_size=20, num_workers=num_workers)\n"
+           "for x, y in loader:\n    loss = model(x).sum()\n    loss.backward()\n")
+    assert ("PT005" in ids(src)) is flag
+
+
+def test_pt002_cuda_if_available_without_set_device():
+    tail = "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\nmodel.to(device)\n"
+    src = "import torch\nimport torch.distributed as dist\ndist.init_process_group('nccl')\n" + tail
+    assert "PT002" in ids(src)
+    assert "PT002" not in ids(DDP_HEAD + tail)  # set_device(local_rank) makes 'cuda' this rank's GPU
+
+
+def test_pt004_quiet_when_sampler_goes_to_an_imported_helper():
+    src = DDP_HEAD + ("from utils import train\nsampler = DistributedSampler(ds, shuffle=True)\n"
+                      "loader = DataLoader(ds, sampler=sampler, num_workers=2)\n"
+                      "for epoch in range(10):\n    train(model, loader, epoch, sampler=sampler)\n")
+    assert "PT004" not in ids(src)
+    assert "PT004" in ids(src.replace("sampler=sampler)\n", "None)\n").replace(
+        "train(model, loader, epoch, None)", "train(model, loader, epoch)"))
+
+
+SCALER_LOOP = """
+for i, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y) / accum_iter
+    loss_scaler(loss, optimizer, parameters=model.parameters(), update_grad=(i + 1) % accum_iter == 0)
+    if (i + 1) % accum_iter == 0:
+        optimizer.zero_grad()
+"""
+
+
+def test_pt006_accumulation_through_a_scaler_flag_on_ddp():
+    assert lines_of(DDP_HEAD + SCALER_LOOP, "PT006") == [14]
+
+
+def test_pt006_scaler_flag_in_a_distributed_helper_module():
+    helper = "import torch\nimport util.misc as misc\ndef train_one_epoch(model, loader, optimizer, loss_scaler, accum_iter):" \
+             + SCALER_LOOP.replace("\n", "\n    ") + "\n    return misc.all_reduce_mean(loss.item())\n"
+    assert "PT006" in ids(helper)
+    assert "PT006" not in ids(helper.replace("    return misc.all_reduce_mean(loss.item())\n", ""))  # single GPU
+
+
+def test_pt006_quiet_scaler_flag_with_no_sync():
+    src = DDP_HEAD + SCALER_LOOP.replace("    loss_scaler(", "    with model.no_sync():\n        pass\n    loss_scaler(")
+    assert "PT006" not in ids(src)
+
+
+@pytest.mark.parametrize("build,flag", [
+    ("import torchvision\nnet = torchvision.models.resnet50()", True),
+    ("from torchvision.models import densenet121\nnet = densenet121()", True),
+    ("import torchvision.models as models\nnet = models.__dict__[args.arch]()", True),
+    ("import timm\nnet = timm.create_model('resnet50d')", True),
+    ("import timm\nnet = timm.create_model('vit_base_patch16_224')", False),
+    ("import torchvision\nnet = torchvision.models.vit_b_16()", False),
+])
+def test_pt008_library_batchnorm_model_under_ddp(build, flag):
+    src = DDP_HEAD + build + "\nddp = DDP(net.cuda(), device_ids=[local_rank])\n"
+    assert ("PT008" in ids(src)) is flag
+    if flag:
+        assert lines_of(src, "PT008") == [13]  # at the DDP call that wraps it (line 10 wraps the local Net)
+        assert "PT008" not in ids(src + "net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)\n")
+
+
+def test_pt001_functional_data_parallel():
+    assert "PT001" in ids("import torch.nn as nn\nout = nn.parallel.data_parallel(self.main, x, range(2))\n")
+    assert "PT001" in ids("from torch.nn.parallel import data_parallel\nout = data_parallel(m, x, [0, 1])\n")
+
+
+def test_pt007_name_bound_to_a_per_node_test():
+    per_node = DDP_HEAD + "is_master = local_rank == 0\nif is_master:\n    torch.save(model.state_dict(), 'm.pt')\n"
+    job = DDP_HEAD + ("ddp_rank = int(os.environ['RANK'])\nmaster_process = ddp_rank == 0\n"
+                      "if master_process:\n    torch.save(model.state_dict(), 'm.pt')\n")
+    assert "PT007" in ids(per_node)
+    assert "PT007" not in ids(job)
+
+
+@pytest.mark.parametrize("pick", ["torch.accelerator.set_device_index(local_rank)",
+                                  "os.environ['CUDA_VISIBLE_DEVICES'] = str(local_rank)",
+                                  "mesh = torch.distributed.device_mesh.init_device_mesh('cuda', (2,))"])
+def test_pt002_quiet_when_each_process_picks_its_gpu(pick):
+    src = f"import os\nimport torch\nimport torch.distributed as dist\nlocal_rank = int(os.environ['LOCAL_RANK'])\n" \
+          f"{pick}\ndist.init_process_group('nccl')\nmodel = Net().cuda()\nx = x.to('cuda')\n"
+    assert "PT002" not in ids(src)
+    assert "PT002" in ids(src.replace(pick, "pass"))
+
+
+def test_pt003_quiet_for_a_dataset_sharded_by_rank():
+    src = DDP_HEAD + "ds = ImageDataset(files, shard=dist.get_rank(), num_shards=dist.get_world_size())\n" \
+                     "loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=1)\n"
+    assert "PT003" not in ids(src)
+    assert "PT003" in ids(src.replace("shard=dist.get_rank(), num_shards=dist.get_world_size()", "'train'"))
+
+
+PT009_BASE = "import torch\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n{wrap}\nloss.backward()\n"
+
+
+@pytest.mark.parametrize("wrap,flag", [("model = make_data_parallel(model, True, device)", False),
+                                       ("model = wrap_ddp(model)", False),
+                                       ("ddp_setup(rank, world_size)", True), ("pass", True)])
+def test_pt009_model_wrapped_by_a_project_helper(wrap, flag):
+    assert ("PT009" in ids(PT009_BASE.format(wrap=wrap))) is flag
+
+
+def test_pt006_quiet_when_the_step_is_under_an_amp_branch_only():
+    src = DDP_HEAD + """
+loss_accum = 0.0
+for x, y in loader:
+    loss = model(x).sum()
+    loss_accum += loss.item()
+    loss.backward()
+    if use_amp:
+        scaler.step(optimizer)
+    else:
+        optimizer.step()
+"""
+    assert "PT006" not in ids(src)
+    assert "PT006" in ids(src.replace("if use_amp:", "if (i + 1) % accum_steps == 0 and use_amp:"))
+
+
+@pytest.mark.parametrize("line", ["ddp = DDP(net, device_ids=[0])", "net = net.to(0)"])
+def test_pt002_ddp_device_ids_and_to_int_literal(line):
+    src = "import torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n" \
+          "dist.init_process_group('nccl')\n" + line + "\n"
+    assert "PT002" in ids(src)
+    assert "PT002" not in ids(src.replace("[0]", "[local_rank]").replace("to(0)", "to(local_rank)"))
+
+
+def test_pt002_quiet_for_a_rank_parameter_with_a_literal_fallback():
+    src = ("import torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+           "def main(rank, distributed):\n    if distributed:\n        dist.init_process_group('nccl')\n"
+           "    else:\n        rank = 0\n    net = Net().to(rank)\n    ddp = DDP(net, device_ids=[rank])\n")
+    assert "PT002" not in ids(src)
+
+
+def test_pt006_backward_through_a_local_helper():
+    src = DDP_HEAD + """
+def backward_step(loss):
+    loss.backward()
+for i, x in enumerate(loader):
+    backward_step(model(x).sum() / accum_steps)
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+"""
+    assert "PT006" in ids(src)
+
+
+def test_pt003_explicit_sampler_none_is_no_sampler():
+    src = DDP_HEAD + "loader = DataLoader(ds, batch_size=8, shuffle=True, sampler=None, num_workers=2)\n"
+    assert "PT003" in ids(src)
+
+
+def test_pt004_a_loader_factory_is_not_a_helper_that_sets_the_epoch():
+    src = DDP_HEAD + ("from timm.data import create_loader\nsampler = DistributedSampler(ds)\n"
+                      "loader = create_loader(ds, sampler=sampler)\n"
+                      "for epoch in range(10):\n    for x in loader:\n        model(x).sum().backward()\n")
+    assert "PT004" in ids(src)
+
+
+def test_pt008_quiet_when_ddp_wraps_another_module():
+    src = DDP_HEAD + ("import torchvision\nbackbone = torchvision.models.resnet50().cuda()\nbackbone.eval()\n"
+                      "head = LinearClassifier(backbone.fc.in_features).cuda()\nhead = DDP(head, device_ids=[local_rank])\n")
+    assert "PT008" not in ids(src)
+    assert "PT008" in ids(src.replace("head = DDP(head,", "backbone = DDP(backbone,"))
+
+
+def test_pt006_model_wrapped_by_a_project_helper():
+    src = """
+import torch
+import torch.distributed as dist
+from utils.torch_utils import smart_DDP
+dist.init_process_group('nccl')
+model = smart_DDP(model)
+for i, (x, y) in enumerate(loader):
+    loss = model(x).sum()
+    scaler.scale(loss).backward()
+    if i - last_opt_step >= accumulate:
+        scaler.step(optimizer)
+        last_opt_step = i
+"""
+    assert "PT006" in ids(src)
+
+
+def test_pt002_quiet_after_an_imported_distributed_init_helper():
+    src = "import torch\nimport utils\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n" \
+          "utils.init_distributed_mode(args)\nmodel = Net().cuda()\nmodel = DDP(model, device_ids=[args.gpu])\n"
+    assert "PT002" not in ids(src)
+    assert "PT002" in ids(src.replace("utils.init_distributed_mode(args)", "utils.fix_random_seeds(0)"))
+
+
+def test_pt003_batch_sampler_around_a_distributed_sampler():
+    src = DDP_HEAD + ("sampler_train = DistributedSampler(ds)\n"
+                      "batch_sampler = torch.utils.data.BatchSampler(sampler_train, 8, drop_last=True)\n"
+                      "loader = DataLoader(ds, batch_sampler=batch_sampler, num_workers=2)\n")
+    assert "PT003" not in ids(src)
+    assert "PT003" in ids(src.replace("DistributedSampler(ds)", "torch.utils.data.RandomSampler(ds)"))
+
+
+def test_pt006_update_freq_through_a_scaler_in_a_helper():
+    src = """
+import torch
+import utils
+def train_one_epoch(model, loader, optimizer, loss_scaler, update_freq, metric_logger):
+    for step, (x, y) in enumerate(loader):
+        loss = model(x).sum() / update_freq
+        loss_scaler(loss, optimizer, parameters=model.parameters(), update_grad=(step + 1) % update_freq == 0)
+    metric_logger.synchronize_between_processes()
+"""
+    assert "PT006" in ids(src)
+
+
+def test_pt006_quiet_for_a_wrapper_helper_in_a_single_process_script():
+    src = """
+import torch
+model = wrap_model(model)
+for i, (x, y) in enumerate(loader):
+    loss = model(x).sum() / accum_steps
+    loss.backward()
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+"""
+    assert "PT006" not in ids(src)
+
+
+@pytest.mark.parametrize("sync", ["if args.sync_bn:\n    model = apex.parallel.convert_syncbn_model(model)\n",
+                                  "model = SyncBN.convert(model)\n"])
+def test_pt008_quiet_with_other_sync_batchnorm_spellings(sync):
+    src = DDP_HEAD + "import torchvision\nnet = torchvision.models.resnet50().cuda()\n" + sync + \
+          "net = DDP(net, device_ids=[local_rank])\n"
+    assert "PT008" not in ids(src)
+
+
+def test_pt002_quiet_when_the_file_reads_the_current_device():
+    src = ("import torch\nfrom torch.nn.parallel import DistributedDataParallel\nclass Base:\n"
+           "    def __init__(self):\n        self.device = torch.device('cuda')\n"
+           "    def wrap(self, net):\n        net = net.to(self.device)\n"
+           "        return DistributedDataParallel(net, device_ids=[torch.cuda.current_device()])\n")
+    assert "PT002" not in ids(src)
+
+
+def test_pt002_device_0_is_each_process_own_gpu_after_per_rank_visible_devices():
+    src = ("import os\nimport torch\nimport torch.distributed as dist\n"
+           "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+           "def worker(rank, n):\n    os.environ['CUDA_VISIBLE_DEVICES'] = str(rank)\n"
+           "    dist.init_process_group('nccl', rank=rank, world_size=n)\n"
+           "    model = DDP(Net().to('cuda:0'), device_ids=[0])\n")
+    assert "PT002" not in ids(src)
+
+
+def test_pt007_in_a_script_started_by_an_imported_init_helper():
+    src = "import torch\nimport util.misc as misc\nmisc.init_distributed_mode(args)\n" \
+          "torch.save(model.state_dict(), 'ckpt.pt')\n"
+    assert "PT007" in ids(src)
+    assert "PT007" not in ids(src.replace("torch.save(", "if misc.is_main_process():\n    torch.save("))
+
+
+def test_writefile_cell_of_a_notebook_is_checked_as_a_script():
+    import json
+
+    from allgpu.lint import check_source
+    script = ("%%writefile train.py\nimport torch\nimport torch.distributed as dist\n"
+              "dist.init_process_group('nccl')\nmodel = Net().cuda()\ntorch.save(model.state_dict(), 'm.pt')\n")
+    nb = {"cells": [{"cell_type": "markdown", "source": "# DDP"},
+                    {"cell_type": "code", "source": script},
+                    {"cell_type": "code", "source": "%%writefile -a train.py\nprint('more')\n"},
+                    {"cell_type": "code", "source": "!torchrun --nproc_per_node 2 train.py\n"}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    found = {(f.rule_id, f.cell, f.line)
+             for f in check_source(json.dumps(nb), "ddp.ipynb", select=ALL_RULES)}  # PT002 is off by default
+    assert ("PT002", 2, 5) in found and ("PT007", 2, 6) in found
+    assert all(cell == 2 for _, cell, _ in found)
+
+
+def test_pt007_message_names_the_per_node_guard():
+    from allgpu.lint import check_source
+    src = DDP_HEAD + "if local_rank == 0:\n    torch.save(model.state_dict(), 'm.pt')\n"
+    (f,) = [f for f in check_source(src, "t.py") if f.rule_id == "PT007"]
+    assert "per-node" in f.message
+    (g,) = [f for f in check_source(DDP_HEAD + "torch.save(model.state_dict(), 'm.pt')\n", "t.py") if f.rule_id == "PT007"]
+    assert "every rank" in g.message

@@ -156,8 +156,8 @@ def test_monitor_splits_step_time_by_phase():
     (f,) = report.replicas
     assert report.epoch == 3 and f.steps == 3 and f.samples == 24 and f.timing == "wall"
     want = {"input": 0.06, "compute": 0.09, "comm": 0.03, "optimizer": 0.03, "other": 0.06}
-    for phase, seconds in want.items():
-        assert f.phase_s[phase] == pytest.approx(seconds, abs=0.015), phase
+    for phase, seconds in want.items():  # sleeps overrun on a loaded machine, never underrun
+        assert seconds - 0.005 <= f.phase_s[phase] <= seconds * 1.5 + 0.015, (phase, f.phase_s[phase])
     assert ("host-bound", None) not in ids(report.diagnosis)  # other is 22%
     assert ids(report.diagnosis) == [("input-bound", None)] or ids(report.diagnosis) == [("input-bound", 0)]
     assert monitor.reports == [report]

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 import allgpu
-from allgpu.checkpoint import collective, sharded, store
+from allgpu.checkpoint import collective, sharded, sharded_model, store
 from allgpu.checkpoint.format import CorruptCheckpointError, read_file, write_file
 from allgpu.checkpoint.preflight import directory_error
 from allgpu.checkpoint.pending import PendingCheckpoint, track, wait_pending
@@ -32,8 +32,9 @@ from allgpu.checkpoint.state import (
     cpu_copy,
     load_model,
     load_optimizer,
+    param_names,
 )
-from allgpu.errors import CheckpointError
+from allgpu.errors import ArgumentError, ArgumentTypeError, CheckpointError
 from allgpu.live import check_supported
 
 FORMAT = 1
@@ -43,18 +44,18 @@ _STAGING = StagingBuffers()  # reused by every background save of this process
 
 def _validate(directory, model, optimizer, epoch, step, data_state, extra, keep) -> Path:
     if not isinstance(directory, (str, os.PathLike)):
-        raise TypeError(f"save(directory={directory!r}): expected a str or os.PathLike directory path")
+        raise ArgumentTypeError(f"save(directory={directory!r}): expected a str or os.PathLike directory path")
     if not isinstance(model, nn.Module):
-        raise TypeError(f"save(model=...) got a {type(model).__name__}; expected a torch.nn.Module")
+        raise ArgumentTypeError(f"save(model=...) got a {type(model).__name__}; expected a torch.nn.Module")
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"save(optimizer=...) got a {type(optimizer).__name__}; expected a torch.optim.Optimizer")
+        raise ArgumentTypeError(f"save(optimizer=...) got a {type(optimizer).__name__}; expected a torch.optim.Optimizer")
     for name, value in (("epoch", epoch), ("step", step)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"save({name}={value!r}): expected an int >= 0")
+            raise ArgumentError(f"save({name}={value!r}): expected an int >= 0")
     if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-        raise ValueError(f"save(keep={keep!r}): expected an int >= 1, or None to keep every checkpoint")
+        raise ArgumentError(f"save(keep={keep!r}): expected an int >= 1, or None to keep every checkpoint")
     if data_state is not None and not isinstance(data_state, dict):
-        raise TypeError(f"save(data_state=...) got a {type(data_state).__name__}; expected a dict or None")
+        raise ArgumentTypeError(f"save(data_state=...) got a {type(data_state).__name__}; expected a dict or None")
     check_plain(data_state, "save(data_state=...)")
     check_plain(extra, "save(extra=...)")
     if optimizer is not None:  # an exotic hyper-parameter object would only fail at restore time
@@ -89,6 +90,8 @@ def save(
         rng: also store torch / numpy / ``random`` (and CUDA) RNG states of every replica.
         extra: anything made of tensors, str, int, float, bool, None, lists, tuples and dicts.
         keep: keep the newest ``keep`` checkpoints that verify and delete older ones; None keeps all.
+        sharded: write the folder form; always so for a fully sharded (FSDP) model, whose state is never
+            gathered on one replica.
         blocking: False copies the state to CPU memory (the only pause) and writes on a background
             thread; the call then returns a ``PendingCheckpoint`` (``.wait()`` gives the path), and
             ``wait_pending()`` waits for all. Without a barrier: other replicas do not wait for the file.
@@ -121,7 +124,7 @@ def save(
         "extra": extra,
         "world_size": collective.world_size(),
     }
-    if sharded:
+    if sharded or sharded_model.is_fully_sharded(model):
         return _save_sharded(directory, model, optimizer, meta, keep, blocking, started)
     final = directory / store.file_name(step)
     job = None
@@ -168,8 +171,14 @@ def _run_write(job, directory: Path) -> BaseException | None:
 
 def _save_sharded(directory, model, optimizer, meta, keep, blocking, started) -> Path | PendingCheckpoint:
     final = directory / store.folder_name(meta["step"])
-    optim_tensors, optim_meta = sharded.split_optimizer(model, optimizer)
-    model_state = model.state_dict()
+    if sharded_model.is_fully_sharded(model):
+        if not blocking:
+            raise CheckpointError("save(blocking=False) is not supported for a fully sharded model yet. "
+                                  "Fix: save with blocking=True.")
+        model_state, optim_tensors, optim_meta = sharded_model.split(model, optimizer)
+    else:
+        optim_tensors, optim_meta = sharded.split_optimizer(model, optimizer)
+        model_state = model.state_dict()
     meta = dict(
         meta,
         kind="sharded",
@@ -227,7 +236,8 @@ def restore(
 ) -> CheckpointState:
     """Load a checkpoint into ``model`` (and ``optimizer``) in place; return the rest as a ``CheckpointState``.
 
-    Every replica may call it (each reads the file; no collective is used). Given a directory, the newest
+    Every replica may call it (each reads the file; no collective is used), except for a fully sharded (FSDP)
+    model, where every replica must call it (each reads its own shard). Given a directory, the newest
     checkpoint that verifies is used: a corrupt newer one is skipped with a warning naming it and why.
     Given a checkpoint file or folder, exactly that one is used. The number of replicas may differ from
     the saving job's. Loading uses ``torch.load(weights_only=True)``.
@@ -243,7 +253,7 @@ def restore(
     """
     check_supported("checkpoint")
     if not isinstance(model, nn.Module):
-        raise TypeError(f"restore(model=...) got a {type(model).__name__}; expected a torch.nn.Module")
+        raise ArgumentTypeError(f"restore(model=...) got a {type(model).__name__}; expected a torch.nn.Module")
     path = Path(path_or_directory)
     if not path.exists():
         raise CheckpointError(
@@ -278,6 +288,9 @@ def _load(path: Path, model, optimizer, map_location, strict) -> CheckpointState
         meta = read_file(path, map_location=map_location)
         if not isinstance(meta, dict) or "model" not in meta or meta.get("format") != FORMAT:
             raise CorruptCheckpointError(f"{path}: verifies but is not an allgpu format-{FORMAT} checkpoint")
+        if sharded_model.is_fully_sharded(model):
+            _load_full_into_sharded(path, model, optimizer, meta, strict)
+            return _state(path, meta)
         load_model(model, meta["model"], strict=strict, source=path)
         if optimizer is not None:
             if meta["optimizer"] is None:
@@ -286,6 +299,22 @@ def _load(path: Path, model, optimizer, map_location, strict) -> CheckpointState
                     "Fix: restore without optimizer=, or save with optimizer= next time."
                 )
             load_optimizer(optimizer, meta["optimizer"], source=path)
+    return _state(path, meta)
+
+
+def _load_full_into_sharded(path: Path, model, optimizer, meta: dict, strict: bool) -> None:
+    if optimizer is not None and meta["optimizer"] is None:
+        raise CheckpointError(f"checkpoint {path} holds no optimizer state, but an optimizer was passed to restore(). "
+                              "Fix: restore without optimizer=, or save with optimizer= next time.")
+    names = param_names(model, optimizer) if optimizer is not None else []
+    try:
+        sharded_model.load_full(model, optimizer, meta["model"], meta["optimizer"], names, strict=strict)
+    except (KeyError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"checkpoint {path} does not fit the model or optimizer: {exc}. Fix: build them "
+                              "exactly as when saved.") from exc
+
+
+def _state(path: Path, meta: dict) -> CheckpointState:
     return CheckpointState(
         path=path,
         epoch=meta["epoch"],
@@ -307,7 +336,7 @@ def restore_rng(state: CheckpointState, rank: int) -> None:
         ValueError: ``rank`` is not an int >= 0.
     """
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-        raise ValueError(f"restore_rng(rank={rank!r}): expected an int >= 0")
+        raise ArgumentError(f"restore_rng(rank={rank!r}): expected an int >= 0")
     if state.rng_states is None:
         return
     if rank >= len(state.rng_states):

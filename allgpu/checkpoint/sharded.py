@@ -31,7 +31,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
 
-from allgpu.checkpoint import collective
+from allgpu.checkpoint import collective, sharded_model
 from allgpu.checkpoint.format import (
     TEMP_PREFIX,
     fsync_dir,
@@ -134,6 +134,9 @@ def load(
     """
     path = Path(path)
     manifest = read_file(path / MANIFEST)
+    if sharded_model.is_fully_sharded(model):  # each replica reads only its own rows
+        sharded_model.load(path, manifest, model=model, optimizer=optimizer, strict=strict)
+        return manifest
     shapes = manifest["model_shapes"]
     wanted = set(model.state_dict().keys())
     keys = [k for k in shapes if strict or k in wanted]

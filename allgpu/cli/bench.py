@@ -1,4 +1,5 @@
-"""``allgpu bench``: throughput of allgpu against hand-written DDP on the same model, and scaling."""
+"""``allgpu bench``: throughput of allgpu against hand-written DDP on the same model, and scaling;
+``--memory``: what one replica holds under OneDevice, Mirrored and FullySharded, and FullySharded's speed cost."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--model", choices=[*MODELS, "all"], default="all")
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--steps", type=int, default=200, help="timed steps per run")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per run (default 200; 20 with --memory)")
     p.add_argument("--rounds", type=int, default=5, help="alternating runs per side (median reported)")
     p.add_argument("--compile", metavar="BACKEND", nargs="?", const="inductor", default=None,
                    help="also compare with both sides compiled (torch.compile backend, default inductor)")
     p.add_argument("--no-optimizer-in-backward", action="store_true",
                    help="skip the allgpu optimizer-in-backward side")
     p.add_argument("--scaling", action="store_true", help="also measure 1 replica against N")
+    p.add_argument("--memory", action="store_true",
+                   help="bytes of parameters, gradients and optimizer state per replica under OneDevice, Mirrored and "
+                        "FullySharded at 2 and 4 replicas (and --replicas), with the FullySharded/Mirrored speed ratio")
     p.add_argument("--json", metavar="PATH", help="write the figures here")
     p.add_argument("--predict", action="store_true",
                    help="measure one device's step and predict throughput and efficiency at 1..1024 devices on "
@@ -35,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
         return _predict(args)
     from allgpu.bench import MODELS, compare, format_comparisons, scaling
 
+    if args.memory:
+        return _memory(args)
+    args.steps = args.steps or 200
     names = list(MODELS) if args.model == "all" else [args.model]
     oib = not args.no_optimizer_in_backward
     rows = [compare(n, replicas=args.replicas, device=args.device, steps=args.steps, rounds=args.rounds,
@@ -89,4 +96,16 @@ def _predict(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2, default=str)
+    return 0
+
+
+def _memory(args: argparse.Namespace) -> int:
+    from allgpu.bench_memory import format_rows, measure
+
+    counts = sorted({2, 4, args.replicas})
+    rows = measure(counts, device=args.device, steps=args.steps or 20, rounds=args.rounds)
+    print(format_rows(rows))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"memory": [{**r.__dict__, "held": r.held} for r in rows]}, fh, indent=2)
     return 0

@@ -7,8 +7,9 @@ from allgpu.lint.findings import Rule
 
 _R = [
     Rule("E999", "error", "unparseable-file", "file could not be parsed; nothing in it was checked",
-         "The file is not valid Python 3 (often Python 2 code: `print x`, `except E, e:`), or a notebook whose\n"
-         "JSON cannot be read. The checker reads the syntax tree only, so it could check nothing here.\n"
+         "The file is not valid Python 3 (often Python 2 code: `print x`, `except E, e:`), Python parses it but\n"
+         "refuses to compile it (`return` outside a function, `break` outside a loop, a duplicate argument...),\n"
+         "or it is a notebook whose JSON cannot be read. Python would not run it, so nothing in it was checked.\n"
          "Fix: port the file to Python 3 (`2to3 -w FILE`), or exclude it with --ignore E999."),
     # ---- TensorFlow / Keras --------------------------------------------------------------------------
     Rule("TF001", "error", "created-outside-scope",
@@ -30,7 +31,8 @@ _R = [
          "Setting CUDA_VISIBLE_DEVICES to a single id, or `tf.config.set_visible_devices(gpus[0], 'GPU')`,\n"
          "hides every other GPU from the process: a MirroredStrategy then has one replica.\n"
          "Fix: delete the line and choose devices when launching (`CUDA_VISIBLE_DEVICES=0,1 python train.py`),\n"
-         "or list several: `MirroredStrategy(devices=['/gpu:0', '/gpu:1'])`. '-1' (hide all) is not flagged."),
+         "or list several: `MirroredStrategy(devices=['/gpu:0', '/gpu:1'])`. '-1' (hide all) is not flagged, nor\n"
+         "a script with no multi-device intent (no multi-device strategy, multi_gpu_model or num_gpus setting)."),
     Rule("TF004", "error", "dataset-not-distributed",
          "strategy.run fed from a dataset that was not distributed",
          "In a custom loop, each replica must get its own slice of the global batch. Iterating a plain\n"
@@ -122,18 +124,22 @@ _R = [
     Rule("PT006", "warning", "accumulation-without-no-sync",
          "gradient accumulation under DDP without model.no_sync(): gradients all-reduced every micro-step",
          "DDP all-reduces in every backward(). Accumulating k micro-batches without no_sync() pays k\n"
-         "all-reduces instead of one.\n"
+         "all-reduces instead of one. Also found when backward() runs inside a loss-scaler wrapper that steps\n"
+         "on a flag (`loss_scaler(loss, opt, update_grad=(i + 1) % k == 0)`, the timm/MAE/Swin convention).\n"
          "Fix:\n    ctx = model.no_sync() if (i + 1) % k else contextlib.nullcontext()\n"
          "    with ctx:\n        loss.backward()"),
     Rule("PT007", "warning", "save-on-every-rank",
          "torch.save not guarded by a rank check: every rank writes the same file",
          "Every process runs the same script; unguarded, N processes write one checkpoint path at once and\n"
-         "can leave it corrupt.\n"
+         "can leave it corrupt. A per-node guard (`local_rank == 0`, `rank % ngpus_per_node == 0`) is not\n"
+         "enough: on several machines one process per node writes the same path on a shared filesystem.\n"
          "Fix:\n    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), path)"),
     Rule("PT008", "info", "batchnorm-not-synced",
          "BatchNorm under DDP without SyncBatchNorm: statistics from the per-GPU batch only",
          "Under DDP each rank normalises with its own small batch; with small per-GPU batches this hurts\n"
-         "accuracy.\nFix: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping in DDP."),
+         "accuracy. Found for BatchNorm layers in the file and for torchvision/timm BatchNorm models (resnet,\n"
+         "densenet, efficientnet...) that DDP wraps.\n"
+         "Fix: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping in DDP."),
     Rule("PT009", "error", "distributed-model-not-wrapped",
          "torch.distributed initialised but the model is neither wrapped (DDP/FSDP) nor synced",
          "init_process_group starts the group, but nothing averages gradients: each rank trains its own model.\n"
@@ -165,6 +171,14 @@ _R = [
 ]
 
 RULES: dict[str, Rule] = {r.id: r for r in _R}
+
+# Rules off by default: they run only when ``--select`` names them (by id or by a prefix such as ``TF``).
+# TF012: on the corpus's tuning half it was wrong every time it fired (0 of 2): real multi-worker scripts get
+# TF_CONFIG from their launcher's environment (Kubernetes TFJob, Slurm wrappers), which no static check sees.
+# The others: held-out precision below 0.9 on the real-world corpus (2026-11-23, 99 held-out files):
+# TF001 0.17 (1 of 6), TF003 0.00 (0 of 1), TF007 0.67 (10 of 15), TF011 0.50 (1 of 2), PT002 0.50 (1 of 2).
+# They stay off until fixed and re-measured on a fresh held-out set (README, "allgpu lint").
+DEFAULT_OFF: frozenset[str] = frozenset({"TF012", "TF001", "TF003", "TF007", "TF011", "PT002"})
 
 
 def explain(rule_id: str) -> str:

@@ -8,6 +8,7 @@ import io
 import os
 import re
 import tokenize
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -15,10 +16,13 @@ from typing import Iterable, Iterator
 
 from allgpu.errors import LintUsageError
 from allgpu.lint import rules_allgpu, rules_env, rules_tf, rules_tf_input, rules_torch
-from allgpu.lint.catalog import RULES
+from allgpu.lint.catalog import DEFAULT_OFF, RULES
+from allgpu.lint.compile_check import compile_errors
 from allgpu.lint.facts import Facts
 from allgpu.lint.findings import Finding, lint_finding
 from allgpu.lint.notebook import NotebookError, read_notebook, source_lines_in_file
+from allgpu.lint.project import Importer
+from allgpu.lint.notebook_files import writefile_scripts
 from allgpu.lint.resolve import Module
 
 CHECKS = (
@@ -55,6 +59,8 @@ def parse_rule_list(text: str | Iterable[str] | None) -> tuple[str, ...] | None:
 
 
 def _enabled(rule_id: str, select, ignore) -> bool:
+    if select is None and rule_id in DEFAULT_OFF:
+        return False
     if select is not None and not any(rule_id.startswith(s) for s in select):
         return False
     return not (ignore and any(rule_id.startswith(i) for i in ignore))
@@ -73,6 +79,8 @@ class _Context:
         return rules_torch.TorchFacts(self.mod)
 
     def emit(self, rule_id: str, node: ast.AST, message: str | None = None) -> None:
+        if self.mod.is_foreign(node):  # inside another module of the project: not this file's line
+            return
         self.emitted.append((rule_id, getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1,
                              message or RULES[rule_id].message))
 
@@ -87,13 +95,15 @@ def _suppressed(line_text: str, rule_id: str) -> bool:
     return rule_id in ids
 
 
-def check_source(text: str, filename: str = "<string>", select=None, ignore=None) -> list[Finding]:
+def check_source(text: str, filename: str = "<string>", select=None, ignore=None, importer=None) -> list[Finding]:
     """Check one script (or the JSON text of a notebook when ``filename`` ends in ``.ipynb``).
 
     Args:
         text: the file's content; it is parsed, never imported or run.
         filename: used in the findings and to recognise notebooks.
-        select / ignore: rule ids or prefixes (``"TF"``, ``["PT002"]``); ``None`` selects all.
+        select / ignore: rule ids or prefixes (``"TF"``, ``["PT002"]``); ``None`` selects every rule on by default.
+        importer: resolves imports of the project's other modules (``allgpu.lint.project.Importer``);
+            :func:`check_path` sets one, so helpers in sibling files are followed.
 
     Returns:
         Findings sorted by position; a file that does not parse gives one ``E999`` finding at its line.
@@ -107,13 +117,16 @@ def check_source(text: str, filename: str = "<string>", select=None, ignore=None
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _check_source(text, filename, select, ignore)
+        with warnings.catch_warnings():  # the parser's warnings about the user's code are not ours to print
+            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return _check_source(text, filename, select, ignore, importer)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
+def _check_source(text: str, filename: str, select, ignore, importer=None) -> list[Finding]:
     findings: list[Finding] = []
     origin, starts = None, {}
     if filename.endswith(".ipynb"):
@@ -125,6 +138,7 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
         findings += [lint_finding(filename, line, 1, "E999", "error", f"cell does not parse: {msg}", cell=cell,
                                   file_line=starts[cell] + line - 1 if cell in starts else None)
                      for cell, line, msg in nb.bad_cells]
+        findings += _writefile_findings(text, filename, starts, select, ignore)
         text, origin = nb.text, nb.origin
     try:
         tree = ast.parse(text, filename=filename)
@@ -136,7 +150,12 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
     except (ValueError, RecursionError, MemoryError) as exc:
         findings.append(lint_finding(filename, 1, 1, "E999", "error", f"file does not parse: {exc}"))
         return _keep(findings, select, ignore)
-    mod = Module(tree, text)
+    mod = Module(tree, text, importer)
+    refused = compile_errors(mod, notebook=origin is not None)
+    if refused:  # Python would not run this file: report it like a syntax error, check nothing else
+        line, col, msg = refused[0]
+        findings.append(_located(filename, line, col, "E999", f"file does not compile: {msg}", origin, starts))
+        return _keep(findings, select, ignore)
     ctx = _Context(mod, Facts(mod))
     for check in CHECKS:
         try:
@@ -151,20 +170,46 @@ def _check_source(text: str, filename: str, select, ignore) -> list[Finding]:
         seen.add((rule_id, line, col))
         if 0 < line <= len(lines) and _suppressed(lines[line - 1], rule_id):
             continue
-        rule = RULES[rule_id]
-        if origin is not None and 0 < line <= len(origin):
-            cell, cell_line = origin[line - 1]
-            file_line = starts[cell] + cell_line - 1 if cell in starts else None
-            findings.append(lint_finding(filename, cell_line, col, rule_id, rule.severity, message, cell=cell,
-                                         file_line=file_line))
-        else:
-            findings.append(lint_finding(filename, line, col, rule_id, rule.severity, message))
+        findings.append(_located(filename, line, col, rule_id, message, origin, starts))
     return _keep(findings, select, ignore)
+
+
+_CALLED_AT = re.compile(r"called at line (\d+)")
+
+
+def _cell_ref(line: int, origin) -> str:
+    if 0 < line <= len(origin):
+        cell, cell_line = origin[line - 1]
+        return f"called at cell {cell}, line {cell_line}"
+    return f"called at line {line}"
+
+
+def _located(filename: str, line: int, col: int, rule_id: str, message: str, origin, starts) -> Finding:
+    """A finding at ``line`` of the checked text, mapped back to its notebook cell when there is one."""
+    severity = RULES[rule_id].severity
+    if origin is not None:  # "called at line N" of the joined cells -> the cell and the line in it
+        message = _CALLED_AT.sub(lambda m: _cell_ref(int(m.group(1)), origin), message)
+    if origin is not None and 0 < line <= len(origin):
+        cell, cell_line = origin[line - 1]
+        file_line = starts[cell] + cell_line - 1 if cell in starts else None
+        return lint_finding(filename, cell_line, col, rule_id, severity, message, cell=cell, file_line=file_line)
+    return lint_finding(filename, line, col, rule_id, severity, message)
+
+
+def _writefile_findings(raw: str, filename: str, starts: dict[int, int], select, ignore) -> list[Finding]:
+    """Check each ``%%writefile x.py`` cell as its own script; its line N is line N+1 of the cell."""
+    out = []
+    for cell, name, body in writefile_scripts(raw):
+        for f in _check_source(body, name, select, ignore):
+            line = f.line + 1
+            out.append(lint_finding(filename, line, f.col, f.rule_id, f.severity, f"{f.message} (in {name})", cell=cell,
+                               file_line=starts[cell] + line - 1 if cell in starts else None))
+    return out
 
 
 def _keep(findings: list[Finding], select, ignore) -> list[Finding]:
     return sorted((f for f in findings if _enabled(f.rule_id, select, ignore)),
-                  key=lambda f: (f.cell or 0, f.line, f.col, f.rule_id))
+                  key=lambda f: (f.cell or 0, f.line, f.col, f.rule_id, f.message))
 
 
 def _looks_py2(exc: SyntaxError, text: str) -> bool:
@@ -192,7 +237,7 @@ def check_path(path: Path, select=None, ignore=None) -> list[Finding]:
     except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
         return _keep([lint_finding(name, 1, 1, "E999", "error", f"cannot read file: {exc}")],
                      parse_rule_list(select), parse_rule_list(ignore))
-    return check_source(text, name, select, ignore)
+    return check_source(text, name, select, ignore, importer=Importer(path))
 
 
 def iter_files(paths: Iterable[str]) -> Iterator[Path]:
@@ -226,4 +271,6 @@ def check_paths(paths: Iterable[str], select=None, ignore=None) -> tuple[list[Fi
     findings: list[Finding] = []
     for f in files:
         findings.extend(check_path(f, select, ignore))
+    # one stable order for every run: by file, then cell, line, column, rule
+    findings.sort(key=lambda f: (f.path, f.cell or 0, f.line, f.col, f.rule_id, f.message))
     return findings, len(files)

@@ -51,6 +51,14 @@ def strategy_ctor(qn: str | None) -> tuple[str, str] | None:
     return None
 
 
+def _single_device(call: ast.Call, kind: str) -> bool:
+    if kind == "OneDeviceStrategy":
+        return True
+    devices = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "devices"), None)
+    return (kind == "MirroredStrategy" and isinstance(devices, (ast.List, ast.Tuple)) and len(devices.elts) == 1
+            and not isinstance(devices.elts[0], ast.Starred))
+
+
 class Facts:
     """Derived, cached facts about a :class:`Module`."""
 
@@ -89,9 +97,18 @@ class Facts:
                         out[name] = returning[v.func.id]
         return out
 
+    def first_strategy_line(self, framework: str) -> int | None:
+        """The line of the first strategy constructor of ``framework`` in the file (None when there is none)."""
+        cache = self.__dict__.setdefault("_first_strategy_line", {})
+        if framework not in cache:
+            cache[framework] = min((c.lineno for c, fw, _ in self.strategy_calls if fw == framework), default=None)
+        return cache[framework]
+
     def has_strategy(self, framework: str, multi_device: bool = True) -> bool:
-        return any(fw == framework and not (multi_device and kind == "OneDeviceStrategy")
-                   for _, fw, kind in self.strategy_calls)
+        """A strategy of ``framework`` is constructed; with ``multi_device``, one that can span several devices
+        (not ``OneDeviceStrategy``, nor a ``MirroredStrategy(devices=[one literal device])``)."""
+        return any(fw == framework and not (multi_device and _single_device(call, kind))
+                   for call, fw, kind in self.strategy_calls)
 
     def is_strategy_expr(self, node: ast.AST) -> bool:
         name = dotted(node)

@@ -43,6 +43,24 @@ def _clean(line: str) -> str:
     return line
 
 
+def _depth_after(line: str, depth: int) -> int:
+    """Bracket depth after ``line`` (strings and comments skipped roughly): > 0 means the statement goes on."""
+    quote = None
+    for ch in line:
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            break
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(depth - 1, 0)
+    return depth
+
+
 def cell_lines(source) -> list[str]:
     text = "".join(source) if isinstance(source, list) else str(source or "")
     lines = text.splitlines()
@@ -50,7 +68,13 @@ def cell_lines(source) -> list[str]:
         if not lines[0].lstrip().startswith(_PYTHON_CELL_MAGICS):
             return []
         lines = [""] + lines[1:]
-    return [_clean(ln) for ln in lines]
+    out, depth, continued = [], 0, False
+    for ln in lines:
+        # inside an open bracket or after a backslash, ``%(a, b)`` is string formatting, not a magic
+        out.append(ln if depth or continued else _clean(ln))
+        depth = _depth_after(ln, depth)
+        continued = ln.rstrip().endswith("\\")
+    return out
 
 
 def source_lines_in_file(raw: str) -> dict[int, int]:

@@ -105,3 +105,24 @@ def format_sarif(findings: list[Finding], files_checked: int) -> str:
 
 
 FORMATS = {"text": format_text, "json": format_json, "sarif": format_sarif}
+
+
+def statistics(findings: list[Finding]) -> list[tuple[str, int]]:
+    """``(rule_id, count)`` per rule found, most frequent first, then by id (as ``ruff --statistics``)."""
+    counts = Counter(f.rule_id for f in findings)
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def format_statistics(findings: list[Finding], files_checked: int, fmt: str = "text") -> str:
+    """The per-rule counts: a ``count  ID  [severity] title`` table, or JSON / SARIF-free JSON for ``fmt``
+    other than text (``{"files_checked": N, "statistics": [{"rule_id", "count", "severity", "title"}]}``)."""
+    rows = [(rid, n, RULES[rid].severity, RULES[rid].title) for rid, n in statistics(findings)]
+    if fmt != "text":
+        return json.dumps({"files_checked": files_checked,
+                           "statistics": [{"rule_id": r, "count": n, "severity": sev, "title": t}
+                                          for r, n, sev, t in rows]}, indent=2) + "\n"
+    width = max((len(str(n)) for _, n, _, _ in rows), default=1)
+    lines = [f"{n:>{width}}  {rid:<5}  [{sev}] {title}" for rid, n, sev, title in rows]
+    lines.append(f"{len(findings)} finding(s) in {files_checked} file(s)" if rows
+                 else f"no findings in {files_checked} file(s)")
+    return "\n".join(lines) + "\n"

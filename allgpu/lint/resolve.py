@@ -9,7 +9,22 @@ The checker never imports the user's code; everything here reads the ``ast`` onl
 from __future__ import annotations
 
 import ast
+import bisect
 from functools import cached_property
+
+from allgpu.lint.astutil import (const_str, dotted, has_star_kwargs, iter_body_nodes, kwarg,  # noqa: F401
+                                 literal_text)  # re-exported: rules import them from here
+
+# What Module's single pass indexes, by node class. "watch": nodes that can make ``compile()`` refuse a tree
+# ``ast.parse`` accepted (see compile_check.py).
+_KINDS: dict[type, str] = {
+    ast.Call: "call", ast.Attribute: "attr", ast.For: "loop", ast.AsyncFor: "loop", ast.While: "loop",
+    ast.Name: "name", ast.Import: "import", ast.ImportFrom: "from", ast.Assign: "assign", ast.AnnAssign: "assign",
+    ast.withitem: "with", ast.FunctionDef: "def", ast.AsyncFunctionDef: "def", ast.ClassDef: "class",
+    ast.AugAssign: "aug",
+    **{t: "watch" for t in (ast.Return, ast.Break, ast.Continue, ast.Yield, ast.YieldFrom, ast.Await,
+                            ast.Nonlocal, ast.Global, ast.Starred)},
+}
 
 _PREFIXES = (
     ("tensorflow.compat.v1.", "tensorflow."),
@@ -38,50 +53,6 @@ def normalise(name: str) -> str:
     return name
 
 
-def dotted(node: ast.AST | None) -> str | None:
-    """``self.model.fit`` -> ``"self.model.fit"``; None for anything that is not a chain of names."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
-def const_str(node: ast.AST | None) -> str | None:
-    """The value of a string or int literal as text, else None."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int)) and not isinstance(node.value, bool):
-        return str(node.value)
-    return None
-
-
-def kwarg(call: ast.Call, name: str) -> ast.expr | None:
-    """The value of keyword argument ``name`` of ``call``, or None."""
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw.value
-    return None
-
-
-def has_star_kwargs(call: ast.Call) -> bool:
-    """True when ``call`` passes ``**kwargs`` (its keywords cannot be known)."""
-    return any(kw.arg is None for kw in call.keywords)
-
-
-def iter_body_nodes(stmts: list[ast.stmt]):
-    """Every node under ``stmts``, not descending into nested function or class definitions."""
-    stack = list(reversed(stmts))
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                continue
-            stack.append(child)
-
-
 def _linked_nodes(tree: ast.AST, parent: dict[int, ast.AST]):
     """Every node under ``tree`` (``tree`` first), recording ``parent[id(child)] = node`` on the way: one pass for
     parent links and indexes (``ast.walk`` + ``iter_child_nodes`` costs twice as much)."""
@@ -90,8 +61,10 @@ def _linked_nodes(tree: ast.AST, parent: dict[int, ast.AST]):
     while stack:
         node = stack.pop()
         for fname in node._fields:
+            if fname == "ctx":  # Load/Store/Del markers: nothing to index, a third of all nodes
+                continue
             value = getattr(node, fname, None)
-            if isinstance(value, list):
+            if type(value) is list:
                 for child in value:
                     if isinstance(child, AST):
                         parent[id(child)] = node
@@ -100,16 +73,6 @@ def _linked_nodes(tree: ast.AST, parent: dict[int, ast.AST]):
                 parent[id(value)] = node
                 stack.append(value)
         yield node
-
-
-def _import_aliases(node: ast.Import | ast.ImportFrom) -> dict[str, str]:
-    """Local name -> normalised qualified name for one import statement (relative imports bind nothing known)."""
-    if isinstance(node, ast.Import):
-        return {(a.asname or a.name.split(".")[0]): (normalise(a.name) if a.asname else a.name.split(".")[0])
-                for a in node.names}
-    if not node.module or node.level != 0:
-        return {}
-    return {a.asname or a.name: normalise(f"{node.module}.{a.name}") for a in node.names}
 
 
 class Module:
@@ -125,9 +88,13 @@ class Module:
         calls: every ``ast.Call`` with the normalised qualified name of what it calls (or None).
     """
 
-    def __init__(self, tree: ast.Module, source: str):
+    def __init__(self, tree: ast.Module, source: str, importer=None):
         self.tree = tree
         self.source = source
+        # Sibling modules of the project (allgpu.lint.project.Importer); their nodes are "foreign": rules follow
+        # their functions but never report at their lines.
+        self.importer = importer
+        self._foreign: list[Module] = []
         self.aliases: dict[str, str] = {}
         self.assigns: dict[str, list[ast.expr]] = {}
         self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
@@ -137,43 +104,81 @@ class Module:
         self.name_ids: set[str] = set()
         self.loops: list[ast.For | ast.AsyncFor | ast.While] = []
         self.subscript_assigns: list[tuple[ast.Subscript, ast.expr]] = []
+        self.compile_watch: list[ast.AST] = []  # the rare nodes compile_check looks at
+        self.augassigned: set[str | None] = set()  # targets of ``x += ...``: names that are not constants
         all_calls: list[ast.Call] = []
         for node in _linked_nodes(tree, self.parent):
-            if isinstance(node, ast.Call):
+            kind = _KINDS.get(type(node))  # one dict lookup instead of a chain of isinstance tests
+            if kind is None:
+                continue
+            if kind == "call":
                 all_calls.append(node)
-            elif isinstance(node, ast.Attribute):
+            elif kind == "attr":
                 self.attrs.setdefault(node.attr, []).append(node)
-            elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            elif kind == "loop":
                 self.loops.append(node)
-            elif isinstance(node, ast.Name):
+            elif kind == "name":
                 self.name_ids.add(node.id)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                self.aliases.update(_import_aliases(node))
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for t in targets:
-                    if isinstance(t, ast.Subscript):
-                        self.subscript_assigns.append((t, node.value))
-                    for sub in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
-                        key = dotted(sub)
-                        if key:
-                            self.assigns.setdefault(key, []).append(node.value)
-            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-                key = dotted(node.optional_vars)
-                if key:
-                    self.assigns.setdefault(key, []).append(node.context_expr)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            elif kind in ("import", "from"):
+                self._index_import(node)
+            elif kind == "assign":
+                if node.value is not None:
+                    self._index_assign(node)
+            elif kind == "with":
+                if node.optional_vars is not None:
+                    key = dotted(node.optional_vars)
+                    if key:
+                        self.assigns.setdefault(key, []).append(node.context_expr)
+            elif kind == "def":
                 self.functions.setdefault(node.name, []).append(node)
-            elif isinstance(node, ast.ClassDef):
+            elif kind == "class":
                 self.classes.setdefault(node.name, []).append(node)
+            elif kind == "aug":
+                self.augassigned.add(dotted(node.target))
+            else:
+                self.compile_watch.append(node)
         self._qn_cache: dict[int, str | None] = {}
         self.calls: list[tuple[ast.Call, str | None]] = [(c, self.qualname(c.func)) for c in all_calls]
+
+    def _index_import(self, node: ast.Import | ast.ImportFrom) -> None:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                root = a.name.split(".")[0]
+                self.aliases[a.asname or root] = normalise(a.name) if a.asname else root
+        elif node.module and node.level == 0:
+            for a in node.names:
+                self.aliases[a.asname or a.name] = normalise(f"{node.module}.{a.name}")
+        elif node.level:  # ``from .utils import f``: kept relative, for the project importer
+            prefix = "." * node.level + (f"{node.module}." if node.module else "")
+            for a in node.names:
+                self.aliases.setdefault(a.asname or a.name, prefix + a.name)
+
+    def _index_assign(self, node: ast.Assign | ast.AnnAssign) -> None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for t in targets:
+            if isinstance(t, ast.Subscript):
+                self.subscript_assigns.append((t, node.value))
+            if isinstance(t, (ast.Tuple, ast.List)):
+                value = node.value
+                # ``a, b = x, y``: each name gets its own element; otherwise the whole value
+                pairs = (zip(t.elts, value.elts) if isinstance(value, (ast.Tuple, ast.List))
+                         and len(value.elts) == len(t.elts) else ((e, value) for e in t.elts))
+            else:
+                pairs = ((t, node.value),)
+            for sub, val in pairs:
+                key = dotted(sub)
+                if key:
+                    self.assigns.setdefault(key, []).append(val)
 
     # --- names -------------------------------------------------------------------------------------
     def qualname(self, node: ast.AST | None, _depth: int = 0) -> str | None:
         """Normalised qualified name of a name/attribute chain, through imports and module aliases."""
         if node is None or _depth > 4:
             return None
+        if self._foreign and _depth == 0:
+            owner = self.owner(node)
+            if owner is not None:
+                return owner.qualname(node)
         key = id(node)
         if _depth == 0 and key in self._qn_cache:
             return self._qn_cache[key]
@@ -195,8 +200,47 @@ class Module:
 
     def values_of(self, node: ast.AST | None) -> list[ast.expr]:
         """Every value assigned to the name/attribute ``node`` names ([] when unknown)."""
+        if self._foreign:
+            owner = self.owner(node)
+            if owner is not None:
+                return owner.values_of(node)
         key = dotted(node)
         return self.assigns.get(key, []) if key else []
+
+    # --- other modules of the project ----------------------------------------------------------------
+    def owner(self, node: ast.AST) -> Module | None:
+        """The adopted sibling module ``node`` belongs to, None for this file's own nodes."""
+        for f in self._foreign:
+            if id(node) in f.parent or node is f.tree:
+                return f
+        return None
+
+    def is_foreign(self, node: ast.AST) -> bool:
+        return bool(self._foreign) and self.owner(node) is not None
+
+    def _imported(self, func: ast.expr, table: str) -> list:
+        """Top-level functions (``table="functions"``) or classes a call names through a project import."""
+        if self.importer is None:
+            return []
+        qn = self.qualname(func)
+        if not qn or "." not in qn.lstrip("."):
+            return []
+        module, _, name = qn.rpartition(".")
+        fm = self.importer.load(module)
+        if fm is None:
+            return []
+        defs = [d for d in getattr(fm, table).get(name, []) if fm.parent.get(id(d)) is fm.tree]
+        if defs:
+            self._adopt(fm)
+        return defs[-1:]
+
+    def _adopt(self, fm: Module) -> None:
+        if any(f is fm for f in self._foreign):
+            return
+        self._foreign.append(fm)
+        self.parent.update(fm.parent)
+        if "calls_by_stmt" in self.__dict__:  # already handed out (flow holds it): extend it in place
+            self.__dict__["calls_by_stmt"].update(fm.calls_by_stmt)
 
     def is_imported(self, prefix: str) -> bool:
         """True when some import binds a name under ``prefix`` (``"torch"``, ``"tensorflow"``)."""
@@ -220,7 +264,14 @@ class Module:
 
         When a name is defined several times, the definition that binds it at the call is taken: for a method,
         the one in the caller's class; otherwise the last one above the call (else the first one below).
+        Functions imported from the project's other modules are found too when an importer is set.
         """
+        if self._foreign:
+            owner = self.owner(func)
+            if owner is not None:
+                return owner.local_functions(func)
+        if isinstance(func, ast.Name) and func.id in self.aliases:
+            return self._imported(func, "functions")
         if isinstance(func, ast.Name) and func.id not in self.aliases:
             defs = self.functions.get(func.id, [])
             if not defs:
@@ -241,15 +292,22 @@ class Module:
                     cache[key] = [d for d in defs if self.parent.get(id(d)) is cls] or defs
                 defs = cache[key]
             return self._nearest(defs, func)
+        if isinstance(func, ast.Attribute):  # ``helpers.build_model()``
+            return self._imported(func, "functions")
         return []
 
-    @staticmethod
-    def _nearest(defs: list, node: ast.AST) -> list:
+    def _nearest(self, defs: list, node: ast.AST) -> list:
         if len(defs) <= 1:
             return defs
-        line = getattr(node, "lineno", 0)
-        above = [d for d in defs if d.lineno <= line]
-        return [max(above, key=lambda d: d.lineno)] if above else [min(defs, key=lambda d: d.lineno)]
+        # the last definition at or above the call, else the first one below: bisect over the sorted lines
+        cache = self.__dict__.setdefault("_nearest_cache", {})
+        entry = cache.get(id(defs))
+        if entry is None or entry[0] is not defs:
+            ordered = sorted(defs, key=lambda d: d.lineno)
+            entry = cache[id(defs)] = (defs, [d.lineno for d in ordered], ordered)
+        _, lines, ordered = entry
+        i = bisect.bisect_right(lines, getattr(node, "lineno", 0))
+        return [ordered[i - 1]] if i else [ordered[0]]
 
     def callers(self, fn: ast.AST) -> list[ast.Call]:
         """Calls in this file that resolve to ``fn``."""
@@ -264,8 +322,15 @@ class Module:
         return index.get(id(fn), [])
 
     def local_class(self, func: ast.expr) -> ast.ClassDef | None:
+        if self._foreign:
+            owner = self.owner(func)
+            if owner is not None:
+                return owner.local_class(func)
         if isinstance(func, ast.Name) and func.id in self.classes and func.id not in self.aliases:
             return self.classes[func.id][0]
+        if isinstance(func, (ast.Name, ast.Attribute)) and self.importer is not None:
+            found = self._imported(func, "classes")
+            return found[0] if found else None
         return None
 
     def class_bases(self, cls: ast.ClassDef, _seen: frozenset = frozenset()) -> set[str]:
@@ -289,21 +354,10 @@ class Module:
                 if isinstance(anc, ast.stmt):
                     out.setdefault(id(anc), []).append(call)
                     break
+        for f in self._foreign:
+            out.update(f.calls_by_stmt)
         return out
 
     @cached_property
     def lines(self) -> list[str]:
         return self.source.splitlines()
-
-
-def literal_text(mod, node: ast.expr | None) -> str | None:
-    """A literal, or a name whose every assignment is the same literal; None when it is computed."""
-    text = const_str(node)
-    if text is not None:
-        return text
-    if isinstance(node, ast.Name):
-        values = mod.values_of(node)
-        texts = {const_str(v) for v in values}
-        if values and len(texts) == 1 and None not in texts:
-            return texts.pop()
-    return None

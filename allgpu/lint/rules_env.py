@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from allgpu.lint.resolve import const_str, literal_text
+from allgpu.lint.rules_tf import multi_device_intent
 
 _KEY = "CUDA_VISIBLE_DEVICES"
 
@@ -38,6 +39,8 @@ def check_visible_devices(ctx) -> None:
     is_tf = mod.is_imported("tensorflow") or mod.is_imported("keras")
     is_torch = mod.is_imported("torch") or mod.is_imported("allgpu")
     rule = "PT010" if is_torch and not is_tf else "TF003"
+    if rule == "TF003" and not multi_device_intent(ctx):  # a one-GPU TensorFlow script choosing its GPU
+        return
     for node, value in env_sets(mod):
         text = literal_text(mod, value)
         if text is not None and narrowed(text):

@@ -7,7 +7,7 @@ import re
 
 from allgpu.lint import tfdata
 from allgpu.lint.facts import reachable_functions
-from allgpu.lint.flow import emit_outside_scope
+from allgpu.lint.flow import call_site_note, nested_check, stack_targets, walk_scopes
 from allgpu.lint.resolve import const_str, dotted, iter_body_nodes, kwarg
 
 _KERAS_MODELS = {"keras.Sequential", "keras.Model", "keras.models.Sequential", "keras.models.Model",
@@ -68,17 +68,80 @@ def _trained_names(ctx) -> set[str]:
 
 
 def check_tf001(ctx) -> None:
-    if not ctx.facts.has_strategy("tf"):
+    facts = ctx.facts
+    if not facts.has_strategy("tf"):
         return
-    emit_outside_scope(ctx, "TF001", lambda c: tf_creation(ctx, c), _trained_names(ctx),
-                       lambda kind, name: f"{kind} `{name}` created outside strategy.scope(): "
-                                          "its variables live on one device")
+    trained = _trained_names(ctx)
+    classify = lambda c: tf_creation(ctx, c)  # noqa: E731
+    nested = nested_check(facts, classify)
+
+    def on_call(call: ast.Call, in_scope: bool, stack: list) -> None:
+        if in_scope:
+            return
+        kind = classify(call)
+        if kind is None or nested(call):
+            return
+        names = stack_targets(stack) & trained
+        if names and not _baseline_before_strategy(ctx, stack):
+            site, where = call, ""
+            owner = ctx.mod.owner(call) if ctx.mod.is_foreign(call) else None
+            if owner is not None:  # built in another module of the project: report where it is called
+                site = next((st for st in reversed(stack) if isinstance(st, ast.stmt)
+                             and not ctx.mod.is_foreign(st)), None)
+                if site is None:
+                    return
+                where = f" [{getattr(getattr(owner, 'path', None), 'name', 'another module')}]"
+            ctx.emit("TF001", site, f"{kind} `{sorted(names)[0]}` created outside strategy.scope(): "
+                                    f"its variables live on one device{call_site_note(stack)}{where}")
+
+    walk_scopes(facts, on_call)
+
+
+def _name_lines(mod) -> dict[str, list[tuple[int, bool]]]:
+    """name -> ``(line, is_store)`` for every occurrence of the bare name in the file (built once)."""
+    index = mod.__dict__.get("_name_lines")
+    if index is None:
+        index = {}
+        for node in ast.walk(mod.tree):
+            if isinstance(node, ast.Name):
+                index.setdefault(node.id, []).append((node.lineno, isinstance(node.ctx, ast.Store)))
+        mod.__dict__["_name_lines"] = index
+    return index
+
+
+def _baseline_before_strategy(ctx, stack: list) -> bool:
+    """The object comes from a module-level assignment made before any strategy is constructed, and the name
+    it is bound to is used only before that (until it is rebound): a deliberate single-device baseline, as bug
+    reports and tutorials write to compare with the distributed run."""
+    top = stack[0] if stack else None
+    if not isinstance(top, ast.Assign):
+        return False
+    first = ctx.facts.first_strategy_line("tf")
+    names = [t.id for t in top.targets if isinstance(t, ast.Name)]
+    if first is None or top.lineno >= first or not names:
+        return False
+    end = getattr(top, "end_lineno", top.lineno) or top.lineno
+    index = _name_lines(ctx.mod)
+    for name in names:
+        later = sorted(x for x in index.get(name, []) if x[0] > end)
+        rebind = next((line for line, store in later if store), None)
+        uses = [line for line, store in later if not store and (rebind is None or line < rebind)]
+        if any(line >= first for line in uses):
+            return False
+    return True
+
+
+def multi_device_intent(ctx) -> bool:
+    """The script means to use several devices: a multi-device tf.distribute strategy, ``multi_gpu_model``, or a
+    ``num_gpus``-style name. Without it, pinning or choosing one GPU is simply how a one-GPU script runs."""
+    mod = ctx.mod
+    return (ctx.facts.has_strategy("tf") or any(n.lower() in _INTENT_NAMES for n in mod.name_ids)
+            or "num_gpus" in mod.attrs or "multi_gpu_model" in mod.name_ids or "multi_gpu_model" in mod.attrs)
 
 
 def check_tf002(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
-    intent = facts.has_strategy("tf") or any(n.lower() in _INTENT_NAMES for n in mod.name_ids) or "num_gpus" in mod.attrs
-    if not intent:
+    if not multi_device_intent(ctx):
         return
     for call, qn in mod.calls:
         if qn != "tensorflow.device" or not call.args:
@@ -114,6 +177,8 @@ def _narrow_list(mod, node: ast.expr) -> bool:
 def check_tf003_visible(ctx) -> None:
     """``tf.config.set_visible_devices`` with one GPU (CUDA_VISIBLE_DEVICES is in rules_env)."""
     mod = ctx.mod
+    if not multi_device_intent(ctx):
+        return
     for call, qn in mod.calls:
         if qn not in ("tensorflow.config.set_visible_devices", "tensorflow.config.experimental.set_visible_devices"):
             continue
@@ -169,8 +234,27 @@ def check_tf005(ctx) -> None:
         outer = mod.enclosing_function(call)
         if outer is not None and id(outer) in facts.run_targets:
             continue  # a per-replica function looping over its own micro-steps
+        if not _strategy_in_play(ctx, call):
+            continue
         ctx.emit("TF005", call, f"`{fns[0].name}` trains but is called directly in a loop: "
                                 "it runs on one device, not through strategy.run")
+
+
+def _mentions_strategy(ctx, node: ast.AST) -> bool:
+    cache = ctx.mod.__dict__.setdefault("_mentions_strategy", {})
+    if id(node) not in cache:
+        facts = ctx.facts
+        cache[id(node)] = any(isinstance(n, (ast.Name, ast.Attribute)) and facts.is_strategy_expr(n)
+                              for n in ast.walk(node))
+    return cache[id(node)]
+
+
+def _strategy_in_play(ctx, call: ast.Call) -> bool:
+    """A loop at module level runs where the strategy is; one inside functions only when one of the enclosing
+    functions or classes refers to a strategy (a baseline ``Trainer`` class that never sees it is left alone)."""
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    scopes = [a for a in ctx.mod.ancestors(call) if isinstance(a, kinds)]
+    return not scopes or any(_mentions_strategy(ctx, s) for s in scopes)
 
 
 def _default_reduction(mod, ctor: ast.Call) -> bool:
@@ -253,9 +337,15 @@ def _is_tf_function(mod, fn, wrapped: set[str]) -> bool:
     return False
 
 
+_GRAPH_MODE = {"tensorflow.Session", "tensorflow.disable_eager_execution", "tensorflow.disable_v2_behavior",
+               "tensorflow.InteractiveSession"}
+
+
 def check_tf011(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
     if not facts.has_strategy("tf", multi_device=False):
+        return
+    if any(qn in _GRAPH_MODE for _, qn in mod.calls):  # TF1 graph mode: strategy.run builds a graph, once
         return
     wrapped = {c.args[0].id for c, qn in mod.calls
                if qn == "tensorflow.function" and c.args and isinstance(c.args[0], ast.Name)}
@@ -266,10 +356,15 @@ def check_tf011(ctx) -> None:
             continue
         if facts.strategy_names.get(dotted(call.func.value) or "", "tf") != "tf":
             continue
-        targets = mod.local_functions(call.args[0])
-        if not targets or any(id(t) in graph for t in targets):
+        fn_arg = call.args[0]
+        targets = mod.local_functions(fn_arg)
+        if isinstance(fn_arg, ast.Lambda):  # a lambda cannot be a tf.function
+            name = "lambda"
+        elif not targets or any(id(t) in graph for t in targets):
             continue
+        else:
+            name = targets[0].name
         outer = mod.enclosing_function(call)
         if outer is not None and id(outer) in graph:
             continue
-        ctx.emit("TF011", call, f"strategy.run({targets[0].name}) runs eagerly: wrap the step in @tf.function")
+        ctx.emit("TF011", call, f"strategy.run({name}) runs eagerly: wrap the step in @tf.function")

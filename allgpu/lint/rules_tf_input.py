@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from allgpu.lint import tfdata
-from allgpu.lint.resolve import has_star_kwargs, kwarg
+from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg
 
 
 def _const_int(mod, node: ast.expr | None) -> int | None:
@@ -20,34 +20,128 @@ def _const_int(mod, node: ast.expr | None) -> int | None:
     return None
 
 
+def _named_global(node: ast.expr | None) -> bool:
+    """``GLOBAL_BATCH_SIZE``: the author says the constant is the global batch, split across replicas on purpose."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return "global" in name.lower()
+
+
+def _per_replica_context(mod, call: ast.Call) -> bool:
+    """Inside an input function that receives an ``input_context`` (``distribute_datasets_from_function``,
+    ``create_per_worker_dataset``): its batch is per replica or per worker by definition."""
+    fn = mod.enclosing_function(call)
+    while fn is not None:
+        args = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        if any("context" in a or a in ("ctx", "_") for a in args):
+            return True
+        fn = mod.enclosing_function(fn)
+    return False
+
+
+_DATASET_WORDS = ("dataset", "ds", "data_gen", "generator", "loader", "iterator", "flow")
+
+
+def _dataset_like(mod, call: ast.Call) -> bool:
+    """``fit(x, batch_size=...)`` where x is a dataset or generator: Keras ignores ``batch_size`` then."""
+    x = call.args[0] if call.args else kwarg(call, "x")
+    if x is None:
+        return False
+    if tfdata.classify(mod, x) is not None:
+        return True
+    name = (dotted(x) or "").rsplit(".", 1)[-1].lower()
+    return any(w == name or name.endswith("_" + w) or name.startswith(w + "_") or w in name.split("_")
+               for w in _DATASET_WORDS)
+
+
+def _before_any_strategy(ctx, call: ast.Call) -> bool:
+    """A module-level statement that runs before the first strategy is constructed (default strategy)."""
+    first = ctx.facts.first_strategy_line("tf")
+    return first is not None and call.lineno < first and ctx.mod.enclosing_function(call) is None
+
+
+def _rescaled_names(mod) -> set:
+    """Names changed in place (``BATCH *= strategy.num_replicas_in_sync``): not constants."""
+    return mod.augassigned
+
+
 def check_tf007(ctx) -> None:
+    """A literal (or a name only ever bound to one literal) as the batch under a multi-device strategy.
+
+    A batch computed from ``num_replicas_in_sync`` is not a constant, so mentioning it elsewhere in the file
+    (printing the replica count) does not silence a ``.batch(64)`` that ignores it.
+    """
     mod, facts = ctx.mod, ctx.facts
-    if not facts.has_strategy("tf") or {"num_replicas_in_sync", "get_per_replica_batch_size"} & mod.attrs.keys():
+    if not facts.has_strategy("tf"):
         return
     for call, _ in mod.calls:
         f = call.func
         if not isinstance(f, ast.Attribute):
             continue
-        if f.attr == "batch" and call.args and tfdata.classify(mod, f.value) == "tfdata":
-            size = _const_int(mod, call.args[0])
+        if f.attr in ("batch", "padded_batch") and call.args and tfdata.classify(mod, f.value) == "tfdata":
+            arg = call.args[0]
+            if _per_replica_context(mod, call):
+                continue
         elif f.attr == "fit":
-            size = _const_int(mod, kwarg(call, "batch_size"))
+            arg = kwarg(call, "batch_size")
+            if _before_any_strategy(ctx, call) or _dataset_like(mod, call):
+                continue
         else:
             continue
-        if size is not None:
+        size = _const_int(mod, arg)
+        if size is not None and not _named_global(arg) and dotted(arg) not in _rescaled_names(mod):
             ctx.emit("TF007", call, f"batch size {size} is fixed: with N replicas each GPU gets {size}/N; "
                                     "scale it by strategy.num_replicas_in_sync")
 
 
-def check_tf008(ctx) -> None:
+_TRAIN_LOOP_FEATURES = frozenset({"tape", "apply", "run", "backward", "optstep", "fit"})
+
+
+def _training_inputs(ctx) -> list[ast.expr]:
+    """The datasets training consumes: ``fit``'s first argument and what a training loop iterates."""
     mod, facts = ctx.mod, ctx.facts
-    if "prefetch" in mod.attrs or not (facts.file_features & {"fit", "apply", "run"}):
-        return
-    for call, qn in mod.calls:
-        if tfdata.is_tfdata_root(qn):
-            ctx.emit("TF008", call, "this tf.data pipeline is never prefetched: add "
-                                    ".prefetch(tf.data.AUTOTUNE) as its last step")
-            return
+    out = []
+    for call, _ in mod.calls:
+        f = call.func
+        if isinstance(f, ast.Attribute) and f.attr in ("fit", "fit_generator"):
+            x = call.args[0] if call.args else kwarg(call, "x")
+            if x is not None:
+                out.append(x)
+    for loop in mod.loops:
+        if isinstance(loop, ast.While):
+            continue
+        it = tfdata.unwrap_iter(mod, loop.iter)
+        if tfdata.classify(mod, it) != "tfdata":  # cheap test first: most loops are not over a pipeline
+            continue
+        if facts.features(loop.body, loop) & _TRAIN_LOOP_FEATURES or _calls_attr(loop.body, "train_on_batch"):
+            out.append(it)
+    return out
+
+
+def _calls_attr(stmts, attr: str) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == attr
+               for n in iter_body_nodes(stmts))
+
+
+def check_tf008(ctx) -> None:
+    """A tf.data pipeline that training consumes with no ``prefetch`` anywhere in it.
+
+    Pipelines passed through ``strategy.experimental_distribute_dataset`` / ``distribute_datasets_from_function``
+    are left alone: the distributed iterator prefetches onto the devices itself.
+    """
+    mod = ctx.mod
+    done: set[int] = set()
+    for expr in _training_inputs(ctx):
+        if tfdata.classify(mod, expr) != "tfdata":
+            continue
+        roots, methods = tfdata.pipeline(mod, expr)
+        if not roots or "prefetch" in methods:
+            continue
+        root = min(roots, key=lambda r: (r.lineno, r.col_offset))
+        if id(root) in done:
+            continue
+        done.add(id(root))
+        ctx.emit("TF008", root, "this tf.data pipeline feeds training but is never prefetched: add "
+                                ".prefetch(tf.data.AUTOTUNE) as its last step")
 
 
 def check_tf009(ctx) -> None:

@@ -1,19 +1,26 @@
-"""PyTorch rules PT001-PT009 and PT011 (PT010, CUDA_VISIBLE_DEVICES, is in rules_env)."""
+"""PyTorch rules PT001 and PT003-PT009, PT011 (PT002 is in rules_torch_device, PT010 in rules_env).
+
+Rank guards come from ``rank_guard`` (job vs per-node), library BatchNorm models and loss-scaler accumulation
+from ``torch_train``.
+"""
 
 from __future__ import annotations
 
 import ast
 import re
 
-from allgpu.lint import tfdata
-from allgpu.lint.resolve import const_str, dotted, has_star_kwargs, iter_body_nodes, kwarg, literal_text
+from allgpu.lint import tfdata, torch_train
+from allgpu.lint.rank_guard import guarded, node_guarded, rankish
+from allgpu.lint.rules_torch_device import INIT_HELPER, check_pt002  # noqa: F401  (the checker finds PT002 here)
+from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg, literal_text
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "replicate")
 _SYNC_CALLS = ("all_reduce", "allreduce", "broadcast", "reduce_scatter", "broadcast_parameters",
                "distribute_tensor", "parallelize_module", "init_device_mesh", "DeviceMesh", "DTensor")
 _OTHER_ENGINES = ("deepspeed", "accelerate", "horovod", "fairscale", "lightning", "pytorch_lightning", "allgpu")
-_RANKISH = re.compile(r"rank|master|main_process|is_main|chief|primary|is_root|gpu_id|process_index|global_zero")
-_INDEXED = re.compile(r"^cuda:\d+$")
+_SYNC_BN = re.compile(r"(?i)sync_?batch_?norm|sync_?bn")
+_NOT_WRAPPER = re.compile(r"setup|init|cleanup|destroy|^is_|^get_|rank|world")
+_WRAPPER_HELPER = re.compile(r"ddp|fsdp|data_parallel|dataparallel|distributed_model|wrap_model|parallelize|shard_model")
 
 
 class TorchFacts:
@@ -31,69 +38,43 @@ class TorchFacts:
                     self.wrapped = True
         self.dist = self.dist or self.wrapped
         # the file starts the job itself (a training script, not a library that merely imports dist)
-        self.started = self.wrapped or any(qn == "torch.distributed.init_process_group" for _, qn in mod.calls)
+        self.started = self.wrapped or any(qn == "torch.distributed.init_process_group" or (
+            qn and not qn.startswith("torch.") and INIT_HELPER.search(qn.rsplit(".", 1)[-1].lower()))
+            for _, qn in mod.calls)  # ``utils.init_distributed_mode(args)`` starts it too
+        # ``model = smart_DDP(model)``, ``make_data_parallel(model, ...)``: DDP through a project helper
+        self.helper_wrapped = any(_wraps_model(c, qn) for c, qn in mod.calls)
 
 
 def _loader_calls(mod):
     return [(c, qn) for c, qn in mod.calls if qn == "torch.utils.data.DataLoader"]
 
 
+def _last_name(func: ast.expr) -> str | None:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
 def check_pt001(ctx) -> None:
     for call, qn in ctx.mod.calls:
         if qn == "torch.nn.DataParallel":
             ctx.emit("PT001", call, "nn.DataParallel: one process drives all GPUs; use DistributedDataParallel")
+        elif qn in ("torch.nn.parallel", "torch.nn.parallel.data_parallel") and _last_name(call.func) == "data_parallel":
+            ctx.emit("PT001", call, "nn.parallel.data_parallel: one process scatters every batch over the GPUs; "
+                                    "use DistributedDataParallel")
 
 
-def _replaced_later(mod, call: ast.Call) -> bool:
-    """``device = torch.device('cuda:0')`` reassigned elsewhere (a default the local rank replaces)."""
-    parent = mod.parent.get(id(call))
-    if isinstance(parent, ast.Assign):
-        for t in parent.targets:
-            if len(mod.values_of(t)) > 1:
-                return True
-    return False
-
-
-def check_pt002(ctx) -> None:
-    mod, tf = ctx.mod, ctx.torch
-    if not tf.started:
-        return
-    per_rank = any(qn in ("torch.cuda.set_device", "torch.cuda.device") for _, qn in mod.calls)
-    for call, qn in mod.calls:
-        f = call.func
-        text = None
-        if qn == "torch.device" and call.args:
-            text = literal_text(mod, call.args[0])
-            if text == "cuda" and len(call.args) > 1:
-                idx = const_str(call.args[1])
-                text = f"cuda:{idx}" if idx is not None else None
-            if text and _replaced_later(mod, call):
-                continue
-        elif isinstance(f, ast.Attribute) and f.attr == "to" and qn is None:
-            arg = call.args[0] if call.args else kwarg(call, "device")
-            text = literal_text(mod, arg)
-        elif isinstance(f, ast.Attribute) and f.attr == "cuda" and qn is None:
-            arg = call.args[0] if call.args else kwarg(call, "device")
-            if arg is None:
-                text = "cuda"
-            elif isinstance(arg, ast.Constant) and type(arg.value) is int:
-                text = f"cuda:{arg.value}"
-        if text is None:
-            continue
-        text = text.strip().lower()
-        if _INDEXED.match(text):
-            ctx.emit("PT002", call, f"device {text!r} hard-coded in a distributed script: every rank uses that GPU")
-        elif text == "cuda" and not per_rank:
-            ctx.emit("PT002", call, "'cuda' without torch.cuda.set_device(local_rank): every rank uses GPU 0")
-
-
-def _sampler_kind(mod, node: ast.expr | None) -> str | None:
+def _sampler_kind(mod, node: ast.expr | None, depth: int = 0) -> str | None:
     """``"distributed"``, ``"local"`` (a non-distributed sampler) or None (unknown)."""
     values = [node] if isinstance(node, ast.Call) else mod.values_of(node)
     kinds = set()
     for v in values:
         qn = mod.qualname(v.func) if isinstance(v, ast.Call) else None
-        if qn and qn.endswith("DistributedSampler"):
+        if qn and qn.endswith("BatchSampler") and v.args and depth < 3:
+            # ``BatchSampler(DistributedSampler(ds), B, drop_last=True)`` (DETR): the inner sampler decides
+            kind = _sampler_kind(mod, v.args[0], depth + 1)
+            if kind is None:
+                return None
+            kinds.add(kind)
+        elif qn and qn.endswith("DistributedSampler"):
             kinds.add("distributed")
         elif qn and qn.startswith("torch.utils.data.") and qn.endswith("Sampler"):
             kinds.add("local")
@@ -149,6 +130,17 @@ def _trains_over(ctx, name: str, depth: int = 0) -> bool:
     return False
 
 
+def _shards_by_rank(mod, ds: ast.expr | None) -> bool:
+    """The dataset is built with the process's rank (it reads only its own part)."""
+    if isinstance(ds, ast.Call):
+        return any(rankish(a) for a in list(ds.args) + [k.value for k in ds.keywords])
+    key = dotted(ds)
+    cache = mod.__dict__.setdefault("_shards_by_rank", {})
+    if key not in cache:
+        cache[key] = any(isinstance(v, ast.Call) and _shards_by_rank(mod, v) for v in mod.values_of(ds))
+    return cache[key]
+
+
 def check_pt003(ctx) -> None:
     mod = ctx.mod
     if not ctx.torch.wrapped:
@@ -157,6 +149,8 @@ def check_pt003(ctx) -> None:
         if has_star_kwargs(call):
             continue
         sampler = kwarg(call, "sampler") or kwarg(call, "batch_sampler") or (call.args[3] if len(call.args) > 3 else None)
+        if isinstance(sampler, ast.Constant) and sampler.value is None:
+            sampler = None  # ``sampler=None`` is no sampler at all
         if sampler is not None:
             if _sampler_kind(mod, sampler) == "local":
                 ctx.emit("PT003", call, "DataLoader under DDP with a non-distributed sampler: ranks see the same data")
@@ -168,15 +162,34 @@ def check_pt003(ctx) -> None:
         shuffle = kwarg(call, "shuffle")
         parent = mod.parent.get(id(call))
         names = [dotted(t) for t in parent.targets] if isinstance(parent, ast.Assign) else []
-        trained = any(n and _trains_over(ctx, n) for n in names)
-        if trained or (isinstance(shuffle, ast.Constant) and shuffle.value is True):
+        shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True
+        if not (shuffled or any(n and _trains_over(ctx, n) for n in names)):
+            continue
+        if not _shards_by_rank(mod, ds):  # ``ImageDataset(files, shard=rank, num_shards=world_size)`` reads its part
             ctx.emit("PT003", call, "DataLoader under DDP without a DistributedSampler: every rank reads "
                                     "the whole dataset")
 
 
+def _sampler_delegated(mod) -> bool:
+    """A DistributedSampler handed to a function imported from elsewhere (``train(..., sampler=sampler)`` with
+    ``from utils import train``): that helper can call ``set_epoch``, and this file cannot see it."""
+    names = {name for name, values in mod.assigns.items()
+             if any(isinstance(v, ast.Call) and (mod.qualname(v.func) or "").endswith("DistributedSampler")
+                    for v in values)}
+    if not names:
+        return False
+    for call, qn in mod.calls:
+        if not qn or qn.startswith(("torch.", "logging.", "builtins.")) or "loader" in qn.rsplit(".", 1)[-1].lower():
+            continue  # a loader factory (timm's create_loader) only wraps the sampler, it sets no epoch
+        args = list(call.args) + [kw.value for kw in call.keywords]
+        if any(dotted(a) in names for a in args):
+            return True
+    return False
+
+
 def check_pt004(ctx) -> None:
     mod = ctx.mod
-    if "set_epoch" in mod.attrs:
+    if "set_epoch" in mod.attrs or _sampler_delegated(mod):
         return
     epoch_loop = False
     for loop in mod.loops:
@@ -205,22 +218,57 @@ def check_pt005(ctx) -> None:
         workers = kwarg(call, "num_workers")
         if workers is None and len(call.args) > 6:
             workers = call.args[6]
-        if workers is None or (isinstance(workers, ast.Constant) and workers.value == 0):
+        if workers is None or literal_text(mod, workers) == "0":
             ctx.emit("PT005", call, "DataLoader without worker processes: batches are prepared between "
                                     "steps while the GPUs wait")
 
 
+_ACCUM_NAME = re.compile(r"accum|update_freq|micro_?step|micro_?batch|iters_to_acc")
+_ACCUM_TEST = re.compile(r"accum|micro|update|sync")
+
+
+def _does_backward(mod, facts, call: ast.Call) -> bool:
+    """``loss.backward()``, or a call to a local function that runs one (``self._backward(loss)``)."""
+    if "backward" in facts.call_features(call):
+        return True
+    return any("backward" in facts.summary(fn) for fn in mod.local_functions(call.func))
+
+
+def _under_accumulation_test(mod, node: ast.AST, loop: ast.AST) -> bool:
+    """Is ``node`` under an ``if`` (inside ``loop``) that counts micro-steps: ``(i + 1) % k == 0``,
+    ``ni - last_opt_step >= accumulate``? (``if use_amp: scaler.step(opt)`` is not one.)"""
+    for anc in mod.ancestors(node):
+        if anc is loop:
+            return False
+        if isinstance(anc, ast.If):
+            for n in ast.walk(anc.test):
+                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
+                    return True
+                name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
+                if name and _ACCUM_TEST.search(name.lower()):
+                    return True
+    return False
+
+
 def check_pt006(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
-    if not ctx.torch.wrapped or {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys():
+    if {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys() or mod.is_imported("accelerate"):
         return
-    if mod.is_imported("accelerate") or not any("accum" in n.lower() for n in mod.name_ids | mod.attrs.keys()):
+    aware = torch_train.distributed_aware(mod)
+    wrapped = ctx.torch.wrapped or (ctx.torch.helper_wrapped and aware)  # ``smart_DDP(model)`` in a dist script
+    if wrapped or aware:
+        # ``loss_scaler(loss, opt, update_grad=(i + 1) % accum == 0)``: backward inside the wrapper every step
+        for call in torch_train.wrapper_accumulation_calls(mod):
+            ctx.emit("PT006", call, "accumulating gradients through a scaler's update_grad flag on a DDP model "
+                                    "without no_sync(): every micro-step all-reduces")
+            return
+    if not wrapped or not any(_ACCUM_NAME.search(n.lower()) for n in mod.name_ids | mod.attrs.keys()):
         return
     for loop in mod.loops:
         body = list(iter_body_nodes(loop.body))
         steps = [n for n in body if isinstance(n, ast.Call) and "optstep" in facts.call_features(n)
-                 and facts.under_if(n, loop)]
-        backs = [n for n in body if isinstance(n, ast.Call) and "backward" in facts.call_features(n)
+                 and _under_accumulation_test(mod, n, loop)]
+        backs = [n for n in body if isinstance(n, ast.Call) and _does_backward(mod, facts, n)
                  and not facts.under_if(n, loop)]
         if steps and backs:
             ctx.emit("PT006", backs[0], "accumulating gradients under DDP without model.no_sync(): "
@@ -228,61 +276,46 @@ def check_pt006(ctx) -> None:
             return
 
 
-def _rankish(node: ast.AST) -> bool:
-    for n in ast.walk(node):
-        name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
-        if name and _RANKISH.search(name.lower()):
-            return True
-    return False
-
-
-def _exits(stmts: list[ast.stmt]) -> bool:
-    return bool(stmts) and isinstance(stmts[-1], (ast.Return, ast.Continue, ast.Break, ast.Raise))
-
-
-def _guarded(ctx, node: ast.AST, depth: int = 0) -> bool:
-    mod = ctx.mod
-    child = node
-    for anc in mod.ancestors(node):
-        if isinstance(anc, ast.If) and _rankish(anc.test):
-            return True
-        for field in ("body", "orelse", "finalbody") if not isinstance(anc, ast.Module) else ():
-            block = getattr(anc, field, None)
-            if isinstance(block, list) and child in block:
-                for prev in block[:block.index(child)]:
-                    if isinstance(prev, ast.If) and _rankish(prev.test) and _exits(prev.body):
-                        return True
-        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if _RANKISH.search(anc.name.lower()) or any(_rankish(d) for d in anc.decorator_list):
-                return True
-            sites = mod.callers(anc)
-            if depth >= 3:
-                return False
-            return all(_guarded(ctx, s, depth + 1) for s in sites)  # no call site here: cannot tell
-        child = anc
-    return False
-
-
 def check_pt007(ctx) -> None:
     if not ctx.torch.started:
         return
     for call, qn in ctx.mod.calls:
-        if qn != "torch.save" or (len(call.args) > 1 and _rankish(call.args[1])):
+        if qn != "torch.save" or (len(call.args) > 1 and rankish(call.args[1])):
             continue  # a per-rank file (``f"shard_{rank}.pt"``) is meant to be written by every rank
-        if not _guarded(ctx, call):
+        if guarded(ctx.mod, call):
+            continue
+        if node_guarded(ctx.mod, call):
+            ctx.emit("PT007", call, "torch.save guarded by a per-node rank (local_rank): on several machines one "
+                                    "process per node writes the same file; guard with `dist.get_rank() == 0`")
+        else:
             ctx.emit("PT007", call, "torch.save runs on every rank: guard it with `if dist.get_rank() == 0:`")
 
 
 def check_pt008(ctx) -> None:
     mod = ctx.mod
     names = mod.attrs.keys() | mod.name_ids
-    if not ctx.torch.wrapped or {"SyncBatchNorm", "convert_sync_batchnorm"} & names:
-        return
+    if not ctx.torch.wrapped or any(_SYNC_BN.search(n) for n in names):
+        return  # SyncBatchNorm, apex's convert_syncbn_model, an opt-in --sync-bn flag
     for call, qn in mod.calls:
         if qn in ("torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"):
             ctx.emit("PT008", call, "BatchNorm in a DDP model without SyncBatchNorm: statistics come from "
                                     "each GPU's own batch")
             return
+    bn_calls = torch_train.library_bn_model_calls(mod)
+    if bn_calls:
+        # a torchvision/timm BatchNorm model (resnet, densenet...): report where that model is wrapped
+        for call, qn in mod.calls:
+            if qn == "torch.nn.parallel.DistributedDataParallel" and torch_train.wraps_one_of(mod, call, bn_calls):
+                ctx.emit("PT008", call, "DDP wraps a BatchNorm model (torchvision/timm) without "
+                                        "SyncBatchNorm: statistics come from each GPU's own batch")
+
+
+def _wraps_model(call: ast.Call, qn: str | None) -> bool:
+    """``make_data_parallel(model, ...)``, ``wrap_ddp(model)``: a project helper that wraps what it is given."""
+    name = (_last_name(call.func) or "").lower()
+    if (qn and qn.startswith("torch.")) or not call.args or _NOT_WRAPPER.search(name):
+        return False
+    return bool(_WRAPPER_HELPER.search(name))
 
 
 def check_pt009(ctx) -> None:
@@ -296,6 +329,8 @@ def check_pt009(ctx) -> None:
     names = mod.attrs.keys() | mod.name_ids
     if set(_SYNC_CALLS) & names or {"DistributedDataParallel", "FullyShardedDataParallel"} & names:
         return
+    if ctx.torch.helper_wrapped:
+        return  # ``model = make_data_parallel(model, ...)``: wrapped by a helper this file cannot see
     for call, qn in mod.calls:
         if qn == "torch.distributed.init_process_group":
             ctx.emit("PT009", call, "process group started but the model is not wrapped in "
@@ -303,10 +338,24 @@ def check_pt009(ctx) -> None:
             return
 
 
+def _under_safe_globals(mod, call: ast.Call) -> bool:
+    """``with torch.serialization.safe_globals([...]): torch.load(f)``: the code relies on the weights-only
+    unpickler (the default since torch 2.6), allow-listing the classes it needs."""
+    for anc in mod.ancestors(call):
+        if isinstance(anc, (ast.With, ast.AsyncWith)):
+            for item in anc.items:
+                expr = item.context_expr
+                if isinstance(expr, ast.Call) and (mod.qualname(expr.func) or "").endswith("safe_globals"):
+                    return True
+    return False
+
+
 def check_pt011(ctx) -> None:
     for call, qn in ctx.mod.calls:
         if qn != "torch.load" or has_star_kwargs(call):
             continue
         wo = kwarg(call, "weights_only")
+        if wo is None and _under_safe_globals(ctx.mod, call):
+            continue
         if wo is None or (isinstance(wo, ast.Constant) and wo.value is False):
             ctx.emit("PT011", call, "torch.load without weights_only=True unpickles arbitrary code")

@@ -64,6 +64,8 @@ def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
                 if isinstance(node, ast.Return) and node.value is not None:
                     results.add(classify(mod, node.value, depth + 1))
         return _merge(results)
+    if isinstance(expr, ast.Subscript):  # ``tfds.load(...)["train"]``, ``datasets["train"]``
+        return classify(mod, expr.value, depth + 1)
     if isinstance(expr, (ast.Name, ast.Attribute)):
         values = mod.values_of(expr)
         if not values:
@@ -78,3 +80,36 @@ def _merge(results: set) -> str | None:
     if "tfdata" in results:
         return "tfdata"
     return None
+
+
+def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None = None) -> tuple[list, set]:
+    """``(roots, methods)`` of the tf.data pipeline ``expr`` is: the calls that create it and every
+    ``Dataset`` method applied on the way (through names, ``ds = ds.map(...)`` reassignments and local functions
+    that return a pipeline). Empty when ``expr`` is not recognisably a pipeline."""
+    seen = set() if seen is None else seen
+    if expr is None or depth > 12 or id(expr) in seen:
+        return [], set()
+    seen.add(id(expr))
+    if isinstance(expr, ast.Call):
+        f = expr.func
+        if is_tfdata_root(mod.qualname(f)):
+            return [expr], set()
+        if isinstance(f, ast.Attribute) and f.attr in _TFDATA_METHODS:
+            roots, methods = pipeline(mod, f.value, depth + 1, seen)
+            return roots, methods | {f.attr}
+        roots, methods = [], set()
+        for fn in mod.local_functions(f):
+            for node in iter_body_nodes(fn.body):
+                if isinstance(node, ast.Return) and node.value is not None:
+                    r, m = pipeline(mod, node.value, depth + 1, seen)
+                    roots, methods = roots + r, methods | m
+        return roots, methods
+    if isinstance(expr, ast.Subscript):
+        return pipeline(mod, expr.value, depth + 1, seen)
+    if isinstance(expr, (ast.Name, ast.Attribute)):
+        roots, methods = [], set()
+        for v in mod.values_of(expr)[:8]:
+            r, m = pipeline(mod, v, depth + 1, seen)
+            roots, methods = roots + r, methods | m
+        return roots, methods
+    return [], set()

@@ -42,7 +42,8 @@ FIXES = {
         "All-reduce less often or send less: gradient accumulation (strategy.accumulate(k) or "
         "fit(accumulation_steps=k)), a bigger per-replica batch (now {batch} examples) so each all-reduce pays for "
         "more compute, and bf16 gradient compression (MirroredStrategy(gradient_compression='bf16')) to halve the "
-        "bytes sent; across machines, check the interconnect (NCCL_DEBUG=INFO names the transport)."),
+        "bytes sent (under FullyShardedStrategy: mixed_precision='bf16', and reshard_after_forward=False to skip the "
+        "backward all-gather); across machines, check the interconnect (NCCL_DEBUG=INFO names the transport)."),
     "straggler": (
         "Find what slows replica {replica}: another process on its device (run `allgpu doctor`; nvidia-smi), a "
         "slower or throttled GPU, work only it does inside the step (logging, checkpoints, evaluation: move it "

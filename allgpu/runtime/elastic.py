@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
-from allgpu.errors import ClusterConfigError, DeviceError
+from allgpu.errors import ClusterConfigError, DeviceError, ScriptNotFoundError
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.cluster import from_tf_config_env, split_host_port
 
@@ -233,7 +233,7 @@ def plan(
     """
     env = os.environ if env is None else env
     if not os.path.isfile(script):
-        raise FileNotFoundError(f"allgpu run: script {script!r} not found (cwd {os.getcwd()}).")
+        raise ScriptNotFoundError(f"allgpu run: script {script!r} not found (cwd {os.getcwd()}).")
     cluster_source = None
     if tf_config:
         nnodes, node_rank, rdzv_endpoint = _from_tf_config(env, nnodes, node_rank, rdzv_endpoint)

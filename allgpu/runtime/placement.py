@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from allgpu.devices import Device, cuda_device_count, parse_device, resolve_replica_devices, why_no_gpu
-from allgpu.errors import StrategyStartError
+from allgpu.errors import ArgumentError, StrategyStartError
 from allgpu.live import check_second
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.cluster import ClusterSpec, from_torchrun_env
@@ -72,12 +72,12 @@ class Placement:
 
 def validate_fallback(fallback: str) -> None:
     if fallback not in FALLBACKS:
-        raise ValueError(f"fallback={fallback!r}; expected one of {FALLBACKS}.")
+        raise ArgumentError(f"fallback={fallback!r}; expected one of {FALLBACKS}.")
 
 
 def validate_timeout(timeout: float | None) -> None:
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise ValueError(f"timeout={timeout!r}; expected a positive number of seconds (or None for the default).")
+        raise ArgumentError(f"timeout={timeout!r}; expected a positive number of seconds (or None for the default).")
 
 
 def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, timeout: float | None,
@@ -184,7 +184,7 @@ def _check_visible(devices: list[Device]) -> None:
     missing = [d for d in devices if d.is_cuda and d.index >= cuda_device_count()]
     if missing:
         count = cuda_device_count()
-        raise RuntimeError(f"{', '.join(map(str, missing))} not available: "
+        raise StrategyStartError(f"{', '.join(map(str, missing))} not available: "
                            + (why_no_gpu() if count == 0 else f"only {count} GPUs are visible"))
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from allgpu.devices import Device
-from allgpu.errors import ReplicaFailedError
+from allgpu.errors import ReplicaFailedError, StrategyStartError
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.interrupt import SigintWatch
 
@@ -102,19 +102,19 @@ def script_command() -> list[str]:
         os.path.basename(getattr(main, "__file__", "") or "")
     runner = os.path.basename(sys.argv[0] if sys.argv else "")
     if main_file in _NOT_SCRIPTS or runner in ("pytest", "py.test", "ipykernel_launcher.py"):
-        raise RuntimeError(
+        raise StrategyStartError(
             f"this program is run by {runner or main_file}, not from a training script, so its replicas cannot be "
             "started by re-executing it (that would re-run the test runner or kernel). Fix: put the training in a "
             "function and call allgpu.launch(fn, num_replicas=N), or run the script itself with python."
         )
     if (sys.argv[:1] in (["-"], [""]) or getattr(main, "__file__", None) == "<stdin>") and "-c" not in argv[1:2]:
-        raise RuntimeError(
+        raise StrategyStartError(
             "this program was read from standard input (python - <<EOF, a heredoc, or cat train.py | python), so its "
             "replicas cannot be started by re-executing it: the source is gone once read. Fix: save it to a file and "
             "run python train.py, or put the training in a function and call allgpu.launch(fn, num_replicas=N)."
         )
     if "-c" in argv[1:2] or not getattr(main, "__file__", None):
-        raise RuntimeError(
+        raise StrategyStartError(
             "this program is not a script file (python -c, a REPL or a notebook), so its replicas cannot be started "
             "by re-executing it. Fix: put the training in a function and call allgpu.launch(fn, num_replicas=N)."
         )

@@ -16,8 +16,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from allgpu.errors import ArgumentError, ArgumentTypeError
 from allgpu import live
 from allgpu.accumulate import Accumulation
+from allgpu import keras as keras_support
 from allgpu.compiling import CompileOverlap, compile_model
 from allgpu.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput
 from allgpu.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
@@ -125,22 +127,32 @@ class Strategy:
         Their parameters are allocated on the replica's device, made identical on every replica (broadcast from
         replica 0) when the outermost scope exits, and their gradients are averaged across replicas by the time
         ``loss.backward()`` returns. Follows ``tf.distribute.Strategy.scope``.
+
+        Keras models (PyTorch backend) constructed inside also have their lazily created variables mirrored when
+        they are built, and their ``fit``/``evaluate`` train on every replica (:mod:`allgpu.keras`).
         """
         recorder = ScopeRecorder()
+        keras_models = keras_support.ModelRecorder()
         self._scope_depth += 1
         try:
-            with torch.device(self.device), recorder:
+            with torch.device(self.device), recorder, keras_models:
                 yield self
         finally:
             self._scope_depth -= 1
         self._mirror(recorder.params, recorder.buffers)
+        keras_support.adopt(self, keras_models.models)
 
     def mirror(self, module: torch.nn.Module) -> torch.nn.Module:
         """Mirror a module built outside ``scope()`` (loaded from disk, say): move, broadcast, sync. Returns it.
 
-        A collective: every replica mirrors the same module (replica 0's values are broadcast)."""
+        A Keras model (PyTorch backend) is mirrored as if built in ``scope()``: its variables now and when it is
+        built later, and its ``fit``/``evaluate`` train on every replica. A collective.
+        """
+        if keras_support.is_keras_model(module):
+            keras_support.adopt(self, [module])
+            return module
         if not isinstance(module, torch.nn.Module):
-            raise TypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
+            raise ArgumentTypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
         self._mirror(list(module.parameters()), list(module.buffers()))
         return module
 
@@ -179,9 +191,9 @@ class Strategy:
         learning rate by ``num_replicas_in_sync``).
         """
         if not callable(fn):
-            raise TypeError(f"strategy.run(fn, ...) needs a callable fn; got {type(fn).__name__}.")
+            raise ArgumentTypeError(f"strategy.run(fn, ...) needs a callable fn; got {type(fn).__name__}.")
         if not isinstance(args, (tuple, list)):
-            raise TypeError(f"strategy.run(fn, args=...) takes a tuple of arguments; got {type(args).__name__}. "
+            raise ArgumentTypeError(f"strategy.run(fn, args=...) takes a tuple of arguments; got {type(args).__name__}. "
                             "Fix: args=(batch,) with a trailing comma.")
         return fn(*args, **(kwargs or {}))
 
@@ -275,7 +287,7 @@ class Strategy:
             stray = [p for group in optimizer.param_groups for p in group["params"]
                      if p.requires_grad and not self._sync.synchronises(p)]
             if stray:
-                raise ValueError(f"optimizer_in_backward: {len(stray)} of the optimizer's parameters (the first of "
+                raise ArgumentError(f"optimizer_in_backward: {len(stray)} of the optimizer's parameters (the first of "
                                  f"shape {tuple(stray[0].shape)}) were not created in strategy.scope(), so no "
                                  "backward would step them. Fix: build the model in scope() or call "
                                  "strategy.mirror(model) first.")
@@ -346,14 +358,14 @@ def validate_sync_options(bucket_cap_mb: float, gradient_compression: str | None
         ValueError: ``bucket_cap_mb`` not a positive number of MiB, or an unknown ``gradient_compression``.
     """
     if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb <= 0:
-        raise ValueError(f"bucket_cap_mb={bucket_cap_mb!r}; expected a positive number of MiB, e.g. 25.")
+        raise ArgumentError(f"bucket_cap_mb={bucket_cap_mb!r}; expected a positive number of MiB, e.g. 25.")
     if gradient_compression not in COMPRESSIONS:
-        raise ValueError(f"gradient_compression={gradient_compression!r}; expected one of {tuple(COMPRESSIONS)}.")
+        raise ArgumentError(f"gradient_compression={gradient_compression!r}; expected one of {tuple(COMPRESSIONS)}.")
 
 
 def _op_name(op: Any) -> str:
     name = getattr(op, "name", op)  # tf.distribute.ReduceOp.SUM has .name == "SUM"
     name = str(name).lower()
     if name not in REDUCE_OPS:
-        raise ValueError(f"reduce op {op!r} is not supported; expected one of 'sum', 'mean', 'max', 'min'.")
+        raise ArgumentError(f"reduce op {op!r} is not supported; expected one of 'sum', 'mean', 'max', 'min'.")
     return name

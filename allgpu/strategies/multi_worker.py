@@ -12,6 +12,7 @@ Who is in the job comes from, in order:
 
 from __future__ import annotations
 
+from allgpu.errors import ArgumentError
 from allgpu.runtime.cluster import from_tf_config_env, from_torchrun_env
 from allgpu.strategies.mirrored import MirroredStrategy
 
@@ -36,7 +37,7 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
                  fallback: str = "error", timeout: float | None = None, backend: str | None = None,
                  bucket_cap_mb: float = 25.0, gradient_compression: str | None = None):
         if cluster_resolver is not None:
-            raise ValueError("cluster_resolver is not supported; describe the cluster with TF_CONFIG or start the "
+            raise ArgumentError("cluster_resolver is not supported; describe the cluster with TF_CONFIG or start the "
                              "job with `allgpu run --nnodes N`.")
         self._tf_config = None if from_torchrun_env() is not None else from_tf_config_env()
         super().__init__(devices, num_replicas=num_replicas, fallback=fallback, timeout=timeout, backend=backend,

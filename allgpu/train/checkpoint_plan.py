@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from allgpu.errors import ArgumentError
 from allgpu.data import DistributedDataset
 
 
@@ -50,7 +51,7 @@ class CheckpointPlan:
     def __init__(self, directory, *, every: int | None, keep: int, strategy, model: torch.nn.Module,
                  optimizer: torch.optim.Optimizer, data):
         if every is not None and every < 1:
-            raise ValueError(f"checkpoint_every={every}; expected a positive number of optimizer steps, or None.")
+            raise ArgumentError(f"checkpoint_every={every}; expected a positive number of optimizer steps, or None.")
         self.directory = directory
         self.every = every
         self.keep = keep

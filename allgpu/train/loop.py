@@ -12,11 +12,13 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
+from allgpu.errors import ArgumentError
 from allgpu.data import (DistributedDataset, PerReplicaInput, as_map_dataset, evaluation_shard,
                          per_replica_batch_size)
 from allgpu.live import check_supported
 from allgpu.monitor import StepMonitor, session as monitor_session
 from allgpu.strategies.base import Strategy
+from allgpu.strategies.memory_advice import warn_if_too_large
 from allgpu.strategies.one_device import OneDeviceStrategy
 from allgpu.train.checkpoint_plan import CheckpointPlan, ResumePoint
 from allgpu.train.epoch import EpochRunner, split_batch
@@ -92,16 +94,17 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     """
     strategy = strategy or _default_strategy(model)
     check_supported("fit", strategy)
+    warn_if_too_large(strategy, model, optimizer)  # on CUDA: would not fit mirrored, would sharded
     session = monitor_session.current()
     if session is not None:  # allgpu doctor --run: monitor a bounded run
         session.fit_calls += 1
         monitor, epochs, report_dir = True, 1, report_dir or session.report_dir
         max_steps_per_epoch = min(max_steps_per_epoch or session.max_steps, session.max_steps)
     if epochs < 1:
-        raise ValueError(f"epochs={epochs}; expected a positive number of epochs.")
+        raise ArgumentError(f"epochs={epochs}; expected a positive number of epochs.")
     if optimizer_in_backward and mixed_precision == "fp16":
-        raise ValueError("optimizer_in_backward=True with mixed_precision='fp16': the loss scaler must see every "
-                         "gradient before any step. Fix: mixed_precision='bf16' or optimizer_in_backward=False.")
+        raise ArgumentError("optimizer_in_backward=True with mixed_precision='fp16': the loss scaler must see every "
+                            "gradient before any step. Fix: mixed_precision='bf16' or optimizer_in_backward=False.")
     data = train_data if isinstance(train_data, (DistributedDataset, PerReplicaInput)) else \
         strategy.distribute_dataset(train_data, global_batch_size, shuffle=shuffle, seed=seed, num_workers=num_workers)
     precision = Precision(strategy.device, mixed_precision)
@@ -162,7 +165,7 @@ def _compiled(model: torch.nn.Module, strategy: Strategy, compile: bool | dict) 
         return strategy.compile(model)
     if isinstance(compile, dict):
         return strategy.compile(model, **compile)
-    raise ValueError(f"compile={compile!r}; expected True, False or a dict of torch.compile arguments.")
+    raise ArgumentError(f"compile={compile!r}; expected True, False or a dict of torch.compile arguments.")
 
 
 def _steps_per_epoch(data, max_steps: int | None) -> int | None:
@@ -226,10 +229,24 @@ def evaluate(model: torch.nn.Module, loss_fn: Callable, data, *, global_batch_si
     sums = MetricSums(resolve(metrics), strategy.device)
     was_training = model.training
     model.eval()
+    x = None
     with torch.no_grad(), Precision(strategy.device, mixed_precision).autocast():
         for batch in feed:
             x, y = split_batch(batch)
             outputs = model(x)
             sums.update(loss_fn(outputs, y), outputs, y)
+        # A sharded model's forward all-gathers: replicas with a batch fewer run a discarded one to stay in step.
+        for _ in range(_lockstep_padding(strategy, len(data), per_replica)):
+            model(x if x is not None else split_batch(next(iter(evaluation_shard(
+                data, per_replica_batch_size=1, num_replicas=1, rank=0, device=strategy.device))))[0])
     model.train(was_training)
     return sums.result(strategy, prefix)
+
+
+def _lockstep_padding(strategy: Strategy, examples: int, per_replica: int) -> int:
+    """Forward passes this replica must add so that it runs as many as replica 0 (which has the most)."""
+    if not getattr(strategy, "forward_is_collective", False):
+        return 0
+    n, rank = strategy.num_replicas_in_sync, strategy.replica_id_in_sync
+    most = -(-len(range(0, examples, n)) // per_replica)
+    return most - -(-len(range(rank, examples, n)) // per_replica)

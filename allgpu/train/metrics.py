@@ -11,6 +11,8 @@ from typing import Callable, Iterable
 
 import torch
 
+from allgpu.errors import ArgumentError
+
 MetricFn = Callable[[torch.Tensor, torch.Tensor], "tuple[torch.Tensor | float, int]"]
 
 
@@ -38,7 +40,7 @@ def resolve(metrics: Iterable) -> dict[str, MetricFn]:
         elif metric in BUILTIN:
             out["accuracy" if metric == "acc" else metric] = BUILTIN[metric]
         else:
-            raise ValueError(f"unknown metric {metric!r}; expected one of {sorted(BUILTIN)} or a callable "
+            raise ArgumentError(f"unknown metric {metric!r}; expected one of {sorted(BUILTIN)} or a callable "
                              "fn(outputs, targets) -> (total, count).")
     return out
 

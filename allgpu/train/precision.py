@@ -6,15 +6,17 @@ import contextlib
 
 import torch
 
+from allgpu.errors import ArgumentError
+
 PRECISIONS = (None, "bf16", "fp16")
 
 
 def validate_precision(mixed_precision: str | None, device: torch.device) -> None:
     """Raises ValueError for an unknown precision, or fp16 off CUDA (loss scaling needs it)."""
     if mixed_precision not in PRECISIONS:
-        raise ValueError(f"mixed_precision={mixed_precision!r}; expected None, 'bf16' or 'fp16'.")
+        raise ArgumentError(f"mixed_precision={mixed_precision!r}; expected None, 'bf16' or 'fp16'.")
     if mixed_precision == "fp16" and device.type != "cuda":
-        raise ValueError("mixed_precision='fp16' needs a CUDA device (loss scaling); on CPU use 'bf16'.")
+        raise ArgumentError("mixed_precision='fp16' needs a CUDA device (loss scaling); on CPU use 'bf16'.")
 
 
 class Precision:

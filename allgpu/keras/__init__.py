@@ -1,0 +1,106 @@
+"""Keras 3 (PyTorch backend) models trained on every replica by ``model.fit``, as under ``tf.distribute``.
+
+Glossary: a *Keras model* here is a ``keras.Model`` (Sequential, functional or subclassed) running on Keras's
+PyTorch backend (``KERAS_BACKEND=torch``), whose layers are ``torch.nn.Module`` objects and whose variables are
+``torch.nn.Parameter`` objects. Keras creates most variables lazily, when the model first sees data, which is
+usually after ``strategy.scope()`` has exited.
+
+``strategy.scope()`` records the Keras models constructed inside it (:class:`ModelRecorder`), and
+``strategy.mirror(model)`` adopts one built outside; each gets a :class:`~allgpu.keras.replica.KerasReplica`,
+which makes its own ``fit`` / ``evaluate`` distribute. Nothing here imports Keras until Keras is in use: this
+module is imported by the strategies, the submodules that need Keras are imported on demand.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+__all__ = ["ModelRecorder", "is_keras_model", "adopt"]
+
+
+def _keras():
+    """The imported keras module when it runs on the PyTorch backend, else None (never imports it)."""
+    keras = sys.modules.get("keras")
+    if keras is None or not hasattr(keras, "Model"):
+        return None
+    return keras
+
+
+def is_keras_model(obj: Any) -> bool:
+    """True for a Keras layer or model (any backend), without importing Keras."""
+    keras = sys.modules.get("keras")
+    return keras is not None and hasattr(keras, "Layer") and isinstance(obj, keras.Layer)
+
+
+class ModelRecorder:
+    """Records the Keras models constructed while active (``tf.keras`` captured the strategy in ``Model.__init__``).
+
+    While active, ``keras.Model.__init__`` is wrapped so that every model (Sequential, functional, subclassed)
+    reaching it is appended to ``models``; the original is put back on exit. Inactive (records nothing) when
+    Keras is not imported or not on the PyTorch backend.
+    """
+
+    def __init__(self):
+        self.models: list = []
+        self._model_cls = None
+        self._original = None
+
+    def __enter__(self) -> "ModelRecorder":
+        keras = _keras()
+        if keras is None or keras.backend.backend() != "torch":
+            return self
+        from keras.src.models.model import Model
+
+        self._model_cls, self._original = Model, Model.__dict__["__init__"]
+        original, models = self._original, self.models
+
+        @functools.wraps(original)
+        def recording_init(model, *args, **kwargs):
+            original(model, *args, **kwargs)
+            models.append(model)
+
+        Model.__init__ = recording_init
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._model_cls is not None:
+            self._model_cls.__init__ = self._original
+            self._model_cls = None
+
+
+def adopt(strategy, models: list) -> list:
+    """Attach a :class:`~allgpu.keras.replica.KerasReplica` to each model not yet attached; mirror what is built.
+
+    A collective when any model has built variables (they are broadcast from replica 0).
+
+    Raises:
+        UnsupportedError: Keras is not running on the PyTorch backend.
+    """
+    if not models:
+        return []
+    keras = _keras()
+    if keras is None or keras.backend.backend() != "torch":
+        from allgpu.errors import UnsupportedError
+
+        backend = keras.backend.backend() if keras is not None else "unknown"
+        raise UnsupportedError(
+            f"allgpu trains Keras models on the PyTorch backend; this Keras runs on {backend!r}. Fix: set "
+            "os.environ['KERAS_BACKEND'] = 'torch' before the first `import keras`.")
+    from allgpu.keras.replica import KerasReplica
+
+    replicas = []
+    for model in models:
+        replica = model.__dict__.get("_allgpu_replica")
+        if replica is None or replica.strategy is not strategy:
+            replica = KerasReplica(model, strategy)
+        replicas.append(replica)
+    if strategy.device.type == "cuda":
+        import torch
+
+        torch.cuda.set_device(strategy.device)  # Keras places variables on "cuda", the current device
+    for replica in replicas:
+        if replica.model.built:
+            replica.mirror_built_variables()
+    return replicas

@@ -1,0 +1,95 @@
+"""Keras callbacks on several replicas: files are written by replica 0 only; restores happen on every replica.
+
+Every replica runs the same callbacks with the same (global) logs, so decisions such as ``EarlyStopping``'s are
+identical everywhere. Callbacks that write files (``ModelCheckpoint``, ``BackupAndRestore``, ``CSVLogger``) are
+wrapped in :class:`ChiefWrites`: on replicas other than 0 their hooks are not called, except
+``BackupAndRestore.on_train_begin``, which restores the backup on every replica. A barrier after each epoch's
+writes (and before a restore) means no replica reads a file replica 0 is still writing. This is
+``tf.distribute``'s rule for Keras callbacks under ``MultiWorkerMirroredStrategy`` (the chief writes).
+"""
+
+from __future__ import annotations
+
+import keras
+
+WRITERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore, keras.callbacks.CSVLogger)
+
+
+class ChiefWrites(keras.callbacks.Callback):
+    """Calls ``inner``'s hooks on replica 0 only (restores everywhere); all replicas meet after each epoch.
+
+    Args:
+        inner: a file-writing Keras callback.
+        strategy: the allgpu strategy (its ``is_chief`` and ``barrier()``).
+    """
+
+    def __init__(self, inner: keras.callbacks.Callback, strategy):
+        super().__init__()
+        self.inner = inner
+        self.strategy = strategy
+        self.chief = strategy.is_chief
+
+    def set_model(self, model):
+        super().set_model(model)
+        self.inner.set_model(model)
+
+    def set_params(self, params):
+        super().set_params(params)
+        self.inner.set_params(params)
+
+    def on_train_begin(self, logs=None):
+        self.strategy.barrier()  # a backup written by a previous fit on replica 0 is complete
+        if self.chief or isinstance(self.inner, keras.callbacks.BackupAndRestore):
+            self.inner.on_train_begin(logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.chief:
+            self.inner.on_epoch_end(epoch, logs)
+        self.strategy.barrier()
+
+    def on_train_end(self, logs=None):
+        if self.chief:
+            self.inner.on_train_end(logs)
+        self.strategy.barrier()
+
+
+def _chief_only(name):
+    def hook(self, *args, **kwargs):
+        if self.chief:
+            getattr(self.inner, name)(*args, **kwargs)
+    hook.__name__ = name
+    return hook
+
+
+for _name in ("on_epoch_begin", "on_train_batch_begin", "on_train_batch_end", "on_test_begin", "on_test_end",
+              "on_test_batch_begin", "on_test_batch_end", "on_predict_begin", "on_predict_end",
+              "on_predict_batch_begin", "on_predict_batch_end"):
+    setattr(ChiefWrites, _name, _chief_only(_name))
+
+
+class EpochSync(keras.callbacks.Callback):
+    """Tells the sharded input which epoch starts, so its shuffle order is ``seed + epoch`` on every replica
+    (also after ``BackupAndRestore`` resumes at a later epoch)."""
+
+    def __init__(self, data):
+        super().__init__()
+        self.data = data
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.data.set_epoch(epoch)
+
+
+def wrap_callbacks(callbacks, strategy, train_input) -> list | keras.callbacks.CallbackList | None:
+    """The user's callbacks with file writers wrapped (several replicas) and the epoch sync added (training).
+
+    A ``CallbackList`` (Keras passes one from ``fit`` to ``evaluate``) is returned unchanged.
+    """
+    if isinstance(callbacks, keras.callbacks.CallbackList):
+        return callbacks
+    wrapped = []
+    for cb in list(callbacks or []):
+        many = strategy.num_replicas_in_sync > 1
+        wrapped.append(ChiefWrites(cb, strategy) if many and isinstance(cb, WRITERS) else cb)
+    if train_input is not None:
+        wrapped.insert(0, EpochSync(train_input))
+    return wrapped

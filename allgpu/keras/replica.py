@@ -1,0 +1,302 @@
+"""One Keras model (PyTorch backend) trained on every replica of a strategy, through its own ``fit``/``evaluate``.
+
+:class:`KerasReplica` wraps the model object: it puts ``fit``, ``evaluate`` and ``get_metrics_result`` on the
+instance (the class and the user's subclass stay untouched) and sets Keras's own ``train_function`` /
+``test_function`` attributes, which Keras's trainer calls once per step. Inside:
+
+- before the first step, the model and optimizer are built from one batch's shapes (Keras builds lazily), and
+  every variable not yet mirrored is broadcast from replica 0 and its gradient handed to allgpu's bucketed
+  all-reduce (:class:`allgpu.sync.GradientSync`, overlapping backward); Keras's optimizer then reads averaged
+  ``param.grad``. Nothing else all-reduces gradients (Keras 3.15 has no PyTorch data parallelism of its own;
+  a ``keras.distribution`` set beside allgpu is refused);
+- inputs are split by :mod:`allgpu.keras.shard`; a replica's gradient is weighted by its share of the global
+  batch, so an uneven last batch averages exactly as one replica would;
+- metric state is summed across replicas whenever results are read (``tf.distribute``'s sync-on-read metric
+  variables), so History, the progress bar, callbacks and ``evaluate`` see global values, identical everywhere;
+- non-trainable floating-point state (BatchNormalization's moving statistics) is averaged after each step, as
+  ``tf.distribute`` aggregates it (``MEAN``), so replicas stay identical;
+- only replica 0 prints progress; checkpoint-writing callbacks write from replica 0 only
+  (:mod:`allgpu.keras.callbacks`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from allgpu.errors import UnsupportedError
+from allgpu.keras.callbacks import wrap_callbacks
+from allgpu.keras.shard import ShardedInput, leading_size, make_input
+
+_SUM = ("sum",)
+_MEAN = ("mean",)
+
+
+def _seed_states(model) -> list:
+    states = []
+    for layer in model._flatten_layers(include_self=True):
+        states.extend(sg.state for sg in getattr(layer, "_seed_generators", []))
+    return states
+
+
+class KerasReplica:
+    """Makes ``model.fit`` / ``model.evaluate`` train and evaluate on every replica of ``strategy``.
+
+    Built by ``strategy.scope()`` for each Keras model constructed inside it, or by ``strategy.mirror(model)``.
+    ``fit``, ``evaluate`` and every metric read are collectives: every replica calls them, as SPMD code does.
+    """
+
+    def __init__(self, model, strategy):
+        self.model = model
+        self.strategy = strategy
+        self.world = strategy.num_replicas_in_sync
+        self.rank = strategy.replica_id_in_sync
+        cls = type(model)
+        self._fit, self._evaluate, self._predict = cls.fit, cls.evaluate, cls.predict
+        self._train_on_batch, self._test_on_batch = cls.train_on_batch, cls.test_on_batch
+        self._metrics_result = cls.get_metrics_result
+        self._train_input: ShardedInput | None = None
+        self._in_step = False
+        self._batch_logs = True  # whether per-batch logs are shown or read (then each step's metrics are reduced)
+        self._state_vars: list = []
+        self._decorrelated: set[int] = set()
+        for name in ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "get_metrics_result"):
+            object.__setattr__(model, name, getattr(self, name))
+        object.__setattr__(model, "_allgpu_replica", self)
+
+    # -- variables ---------------------------------------------------------------------------------------------
+    def mirror_built_variables(self) -> None:
+        """Broadcast from replica 0 every built variable not yet mirrored; sync trainable ones' gradients.
+
+        A collective. Seed-generator states are not broadcast but offset by the replica index, so Dropout draws
+        different masks on each replica's different examples.
+        """
+        model = self.model
+        seeds = {id(s) for s in _seed_states(model)}
+        values = [v.value for v in model.variables if id(v) not in seeds and v.value is not None]
+        optimizer = getattr(model, "optimizer", None)
+        opt_values = [v.value for v in optimizer.variables] if optimizer is not None and optimizer.built else []
+        self.strategy._mirror(values, opt_values)
+        for state in _seed_states(model):
+            if id(state) not in self._decorrelated and self.rank:
+                with torch.no_grad():
+                    state.value[0] += 1_000_003 * self.rank
+            self._decorrelated.add(id(state))
+        self._state_vars = [v for v in model.non_trainable_variables
+                            if id(v) not in seeds and v.aggregation not in ("sum", "only_first_replica")
+                            and torch.is_floating_point(v.value)]
+
+    def _prepare(self, data: ShardedInput) -> None:
+        import keras
+
+        if keras.distribution.distribution() is not None:
+            raise UnsupportedError(
+                f"keras.distribution is set ({type(keras.distribution.distribution()).__name__}) while allgpu's "
+                f"{type(self.strategy).__name__} trains this model: both would all-reduce gradients. Fix: remove "
+                "keras.distribution.set_distribution(...); allgpu's strategy distributes the model.")
+        model = self.model
+        batch = data.peek()
+        with torch.no_grad():  # Keras builds lazily; build now to mirror before step 1
+            if getattr(model, "compiled", False):
+                model._symbolic_build(data_batch=batch)
+            elif not model.built:  # predict() of a model never compiled: build it by calling it
+                model(batch[0] if isinstance(batch, tuple) else batch)
+        self.mirror_built_variables()
+        model.train_function = self._train_step
+        model.test_function = self._test_step
+
+    # -- steps (Keras's trainer calls these once per batch) --------------------------------------------------
+    def _train_step(self, data):
+        batch = data[0]
+        sync = self.strategy.gradient_sync
+        saved = sync.divisor
+        source = self._train_input
+        if self.world > 1 and source is not None and source.global_size:
+            sync.divisor = source.global_size / leading_size(batch)  # weight = this replica's share of the batch
+        self._in_step = True
+        try:
+            logs = self.model.train_step(batch)
+        finally:
+            sync.divisor, self._in_step = saved, False
+        self._average_state()
+        return logs
+
+    def _test_step(self, data):
+        self._in_step = True
+        try:
+            with torch.no_grad():
+                return self.model.test_step(data[0])
+        finally:
+            self._in_step = False
+
+    def _average_state(self) -> None:
+        if self.world == 1 or not self._state_vars:
+            return
+        values = [v.value for v in self._state_vars]
+        flat = torch.cat([t.detach().reshape(-1).to(torch.float64) for t in values])
+        flat = self.strategy.reduce("sum", flat) / self.world
+        offset = 0
+        with torch.no_grad():
+            for t in values:
+                t.copy_(flat[offset:offset + t.numel()].view_as(t))
+                offset += t.numel()
+
+    # -- metrics -----------------------------------------------------------------------------------------------
+    def get_metrics_result(self) -> dict:
+        """The model's metric results over the examples of all replicas (a collective).
+
+        Metric variables aggregated by ``"sum"`` (Keras's default for metrics) are summed across replicas,
+        ``"mean"`` ones averaged; results are computed from those and local state is restored. Inside a step,
+        when no progress bar or batch-level callback reads the step's logs, the local results are returned
+        instead (one collective per step saved); every replica takes the same branch.
+        """
+        model = self.model
+        if self.world == 1 or (self._in_step and not self._batch_logs):
+            return self._metrics_result(model)  # a step's logs nobody shows: the epoch's are reduced at its end
+        variables = [v for m in model.metrics for v in m.variables if v.aggregation in _SUM + _MEAN]
+        if not variables:
+            return self._metrics_result(model)
+        local = [v.value.detach().clone() for v in variables]
+        flat = torch.cat([t.reshape(-1).to(torch.float64) for t in local])
+        total = self.strategy.reduce("sum", flat)
+        offset = 0
+        try:
+            for v, t in zip(variables, local):
+                part = total[offset:offset + t.numel()].view(t.shape)
+                if v.aggregation in _MEAN:
+                    part = part / self.world
+                v.assign(part.to(t.dtype))
+                offset += t.numel()
+            return self._metrics_result(model)
+        finally:
+            for v, t in zip(variables, local):
+                v.assign(t)
+
+    # -- fit / evaluate ----------------------------------------------------------------------------------------
+    def _input(self, x, y, sample_weight, batch_size, shuffle, class_weight=None, seed=0) -> ShardedInput:
+        return make_input(x, y, sample_weight, batch_size=batch_size, shuffle=shuffle, class_weight=class_weight,
+                          num_replicas=self.world, rank=self.rank, device=self.strategy.device, seed=seed)
+
+    def _shared_seed(self) -> int:
+        # numpy's global RNG on replica 0 (keras.utils.set_random_seed makes it reproducible), sent to all.
+        mine = int(np.random.randint(0, 2**31 - 1)) if self.rank == 0 else 0
+        return int(self.strategy.reduce("sum", torch.tensor(mine, dtype=torch.int64)))
+
+    def _verbose(self, verbose):
+        return verbose if self.rank == 0 else 0
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
+            validation_data=None, shuffle=True, class_weight=None, sample_weight=None, initial_epoch=0,
+            steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1):
+        """``keras.Model.fit`` on every replica: ``batch_size`` is the global batch, split across replicas.
+
+        A collective (every replica calls it). Returns Keras's ``History`` with global metrics.
+        """
+        if validation_split and validation_data is None:
+            (x, y, sample_weight), validation_data = _split_validation(x, y, sample_weight, validation_split)
+        seed = self._shared_seed() if shuffle else 0
+        train = self._input(x, y, sample_weight, batch_size, shuffle, class_weight, seed)
+        val = None
+        if validation_data is not None:
+            val = self._input(*_unpack(validation_data), validation_batch_size or batch_size, False)
+        self._prepare(train)
+        self._train_input = train
+        self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_train_batch_end", "on_batch_end",
+                                             "on_test_batch_end")
+        try:
+            return self._fit(self.model, train, epochs=epochs, verbose=self._verbose(verbose),
+                             callbacks=wrap_callbacks(callbacks, self.strategy, train), validation_data=val,
+                             shuffle=False, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
+                             validation_steps=validation_steps, validation_freq=validation_freq)
+        finally:
+            self._train_input = None
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
+                 callbacks=None, return_dict=False, **kwargs):
+        """``keras.Model.evaluate`` on every replica: each example is evaluated once, on one replica, and loss and
+        metrics are reduced over all of them (equal to one replica's). A collective."""
+        if not kwargs.get("_use_cached_eval_dataset"):
+            x = self._input(x, y, sample_weight, batch_size, False)
+            self._prepare(x)
+            self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_test_batch_end")
+            y = sample_weight = batch_size = None
+            callbacks = wrap_callbacks(callbacks, self.strategy, None)
+        return self._evaluate(self.model, x, y, batch_size=batch_size, verbose=self._verbose(verbose),
+                              sample_weight=sample_weight, steps=steps, callbacks=callbacks,
+                              return_dict=return_dict, **kwargs)
+
+
+    def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
+        """``keras.Model.train_on_batch`` with ``x`` a global batch: each replica trains on its slice; one step.
+        Returns global logs. A collective."""
+        data = self._input(x, y, sample_weight, _leading(x), False, class_weight)
+        self._prepare(data)
+        local = next(iter(data))  # this replica's slice; data.global_size is the global batch
+        self._train_input, self._batch_logs = data, True
+        try:
+            return self._train_on_batch(self.model, *_unpack(local), return_dict=return_dict)
+        finally:
+            self._train_input = None
+
+    def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
+        """``keras.Model.test_on_batch`` with ``x`` a global batch, split across replicas; global logs."""
+        data = self._input(x, y, sample_weight, _leading(x), False)
+        self._prepare(data)
+        self._batch_logs = True
+        return self._test_on_batch(self.model, *_unpack(next(iter(data))), return_dict=return_dict)
+
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        """``keras.Model.predict`` on every replica: each replica predicts its slices of every global batch and the
+        outputs are gathered, in input order, on every replica (the same array everywhere). A collective."""
+        data = self._input(x, None, None, batch_size, False)
+        self._prepare(data)
+        local = self._predict(self.model, data, verbose=self._verbose(verbose), steps=steps, callbacks=callbacks)
+        if self.world == 1:
+            return local
+        from keras import tree
+
+        sizes = [size for size, _ in data.delivered]
+        counts = self.strategy.gather(torch.tensor([[n for _, n in data.delivered]]), axis=0).cpu().numpy()
+        return tree.map_structure(lambda a: self._in_input_order(a, sizes, counts), local)
+
+    def _in_input_order(self, array, sizes: list[int], counts: np.ndarray) -> np.ndarray:
+        gathered = self.strategy.gather(torch.as_tensor(np.asarray(array)), axis=0).cpu().numpy()
+        cursor = np.concatenate([[0], np.cumsum(counts.sum(axis=1))[:-1]])  # where each replica's block starts
+        pieces = []
+        for step, size in enumerate(sizes):
+            for r in range(self.world):
+                n = int(counts[r, step])
+                if size >= self.world or r < size:  # replicas past a tiny last batch predicted padding
+                    pieces.append(gathered[cursor[r]:cursor[r] + n])
+                cursor[r] += n
+        return np.concatenate(pieces)
+
+
+def _shows_batch_logs(verbose, callbacks, *hooks: str) -> bool:
+    """Whether a progress bar (``verbose`` 1 or "auto") or a callback overriding one of ``hooks`` reads each
+    batch's logs. Decided from the call's arguments, identical on every replica."""
+    if verbose in (1, "auto", True):
+        return True
+    from keras.src.utils.python_utils import is_default
+
+    listed = callbacks.callbacks if hasattr(callbacks, "callbacks") else list(callbacks or [])
+    return any(not is_default(getattr(cb, hook)) for cb in listed for hook in hooks)
+
+
+def _leading(x) -> int:
+    from keras import tree
+
+    return int(next(a for a in tree.flatten(x) if a is not None).shape[0])
+
+
+def _unpack(data) -> tuple:
+    if isinstance(data, tuple) and 1 <= len(data) <= 3:
+        return tuple(data) + (None,) * (3 - len(data))
+    return data, None, None
+
+
+def _split_validation(x, y, sample_weight, fraction):
+    """The last ``fraction`` of the arrays for validation, before any shuffling (as Keras's validation_split)."""
+    from keras.src.trainers.data_adapters.array_slicing import train_validation_split
+
+    return train_validation_split((x, y, sample_weight), validation_split=fraction)

@@ -1,0 +1,62 @@
+"""Small readers of ``ast`` nodes shared by the resolver and the rules: dotted names, literals, keywords."""
+
+from __future__ import annotations
+
+import ast
+
+
+def dotted(node: ast.AST | None) -> str | None:
+    """``self.model.fit`` -> ``"self.model.fit"``; None for anything that is not a chain of names."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def const_str(node: ast.AST | None) -> str | None:
+    """The value of a string or int literal as text, else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int)) and not isinstance(node.value, bool):
+        return str(node.value)
+    return None
+
+
+def kwarg(call: ast.Call, name: str) -> ast.expr | None:
+    """The value of keyword argument ``name`` of ``call``, or None."""
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+def has_star_kwargs(call: ast.Call) -> bool:
+    """True when ``call`` passes ``**kwargs`` (its keywords cannot be known)."""
+    return any(kw.arg is None for kw in call.keywords)
+
+
+def iter_body_nodes(stmts: list[ast.stmt]):
+    """Every node under ``stmts``, not descending into nested function or class definitions."""
+    stack = list(reversed(stmts))
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            stack.append(child)
+
+
+def literal_text(mod, node: ast.expr | None) -> str | None:
+    """A literal, or a name whose every assignment is the same literal; None when it is computed."""
+    text = const_str(node)
+    if text is not None:
+        return text
+    if isinstance(node, ast.Name):
+        values = mod.values_of(node)
+        texts = {const_str(v) for v in values}
+        if values and len(texts) == 1 and None not in texts:
+            return texts.pop()
+    return None

@@ -1,0 +1,78 @@
+"""Helpers in other modules of the checked project: ``from helpers import build_model``, ``from .utils import
+setup``, ``import engine``, resolved to the sibling files of the checked file (never imported, only parsed).
+
+Bounded: one level (a helper's own imports are not followed), candidates searched in the file's folder and
+its two parents (relative imports: exactly the folder the dots name), files over 1 MB skipped. Parsed helpers
+are cached by path, size and modification time, so a folder of scripts sharing ``utils.py`` parses it once.
+"""
+
+from __future__ import annotations
+
+import ast
+import warnings
+from pathlib import Path
+
+_CACHE: dict[tuple[str, int, int], object] = {}
+# Import roots that are libraries, never the project's own files (saves the file-system probes).
+_LIBRARIES = frozenset({"tensorflow", "keras", "torch", "torchvision", "numpy", "os", "sys", "allgpu", "jax",
+                        "horovod", "transformers", "tf_keras", "tensorflow_datasets", "absl", "time", "json",
+                        "math", "random", "argparse", "logging", "functools", "collections", "pathlib"})
+_MAX_BYTES = 1 << 20
+_PARENTS = 2
+
+
+class Importer:
+    """Loads the modules a file imports from its own project, as :class:`~allgpu.lint.resolve.Module` objects."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path).resolve()
+        self.dir = self.path.parent
+        self._memo: dict[str, object] = {}
+
+    def load(self, dotted: str):
+        """The Module for ``"helpers"``, ``"pkg.utils"`` or ``".utils"`` (relative), or None if not in the project."""
+        if dotted not in self._memo:
+            root = dotted.split(".")[0]
+            self._memo[dotted] = None if root in _LIBRARIES else self._find(dotted)
+        return self._memo[dotted]
+
+    def _find(self, dotted: str):
+        level = len(dotted) - len(dotted.lstrip("."))
+        name = dotted[level:]
+        if level:
+            ups = list(self.path.parents)
+            bases = [ups[level - 1]] if level - 1 < len(ups) else []
+        else:
+            bases = [self.dir, *list(self.dir.parents)[:_PARENTS]]
+        rel = name.replace(".", "/") if name else ""
+        for base in bases:
+            for cand in ((base / f"{rel}.py") if rel else None, base / rel / "__init__.py"):
+                if cand is not None and cand.is_file() and cand.resolve() != self.path:
+                    return _parse(cand)
+        return None
+
+
+def _parse(path: Path):
+    from allgpu.lint.resolve import Module  # resolve imports this module's Importer only by duck typing
+
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = (str(path.resolve()), st.st_size, int(st.st_mtime_ns))
+    if key in _CACHE:
+        return _CACHE[key]
+    mod = None
+    if st.st_size <= _MAX_BYTES:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                mod = Module(ast.parse(text, filename=str(path)), text)
+                mod.path = path  # for messages: "built in helpers.py"
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OSError):
+            mod = None
+    if len(_CACHE) > 256:
+        _CACHE.clear()
+    _CACHE[key] = mod
+    return mod

@@ -1,0 +1,114 @@
+"""Is a statement reached by one process of the job only? Rank guards for PT007 (and any rule that needs them).
+
+A *job* guard names the global rank (``dist.get_rank() == 0``, ``args.rank == 0``, ``is_main_process()``,
+``master_process``). A *node* guard names a per-node rank: ``local_rank == 0``, ``LOCAL_RANK``,
+``args.rank % ngpus_per_node == 0``. On one machine both pick one process, but on N machines a node guard lets N
+processes write one path on a shared filesystem, so only job guards count (issue 11: "rank guards that are per
+node rather than per job").
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from allgpu.lint.resolve import dotted
+
+RANKISH = re.compile(r"rank|master|main_process|is_main|chief|primary|is_root|gpu_id|process_index|global_zero")
+_PER_NODE = re.compile(r"local_rank|localrank|local_process|local_main|local_primary|is_local_")
+
+
+def _modulo_names(node: ast.AST) -> set[int]:
+    """ids of the name nodes on the left of a ``%`` (``rank % ngpus_per_node``): a position within a node."""
+    out: set[int] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
+            out |= {id(x) for x in ast.walk(n.left)}
+    return out
+
+
+def rank_kinds(node: ast.AST, mod=None, _depth: int = 0) -> set[str]:
+    """``{"job"}``, ``{"node"}``, both, or empty: the kinds of rank names ``node`` mentions.
+
+    With ``mod``, a name bound only to per-node tests (``is_master = local_rank == 0``) is per-node too."""
+    kinds: set[str] = set()
+    per_node_pos = _modulo_names(node)
+    for n in ast.walk(node):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.upper() == "LOCAL_RANK":
+            kinds.add("node")  # int(os.environ["LOCAL_RANK"]) == 0
+            continue
+        name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
+        if not name:
+            continue
+        low = name.lower()
+        if _PER_NODE.search(low):
+            kinds.add("node")
+        elif RANKISH.search(low):
+            if id(n) in per_node_pos:
+                kinds.add("node")
+            elif mod is not None and _depth < 2 and _bound_per_node(mod, n, _depth):
+                kinds.add("node")
+            else:
+                kinds.add("job")
+    return kinds
+
+
+def _bound_per_node(mod, name: ast.AST, depth: int) -> bool:
+    values = mod.values_of(name)
+    return bool(values) and all(rank_kinds(v, mod, depth + 1) == {"node"} for v in values)
+
+
+def rankish(node: ast.AST) -> bool:
+    """Does ``node`` mention any rank (job or node)? Used for per-rank file names and the like."""
+    return bool(rank_kinds(node))
+
+
+def is_job_guard(test: ast.AST, mod=None) -> bool:
+    """A test that selects one process of the whole job (a per-node test alone does not)."""
+    return "job" in rank_kinds(test, mod)
+
+
+def _exits(stmts: list[ast.stmt]) -> bool:
+    return bool(stmts) and isinstance(stmts[-1], (ast.Return, ast.Continue, ast.Break, ast.Raise))
+
+
+def _function_guard(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    name = fn.name.lower()
+    if _PER_NODE.search(name):
+        return False
+    return bool(RANKISH.search(name)) or any(is_job_guard(d) for d in fn.decorator_list)
+
+
+def guarded(mod, node: ast.AST, depth: int = 0) -> bool:
+    """Is ``node`` reached only on one rank of the job (an enclosing job guard, an early return on the other ranks,
+    a ``*_on_master``/``is_main_process`` helper, or every call site of its function guarded)?"""
+    child = node
+    for anc in mod.ancestors(node):
+        if isinstance(anc, ast.If) and is_job_guard(anc.test, mod):
+            return True
+        for field in ("body", "orelse", "finalbody") if not isinstance(anc, ast.Module) else ():
+            block = getattr(anc, field, None)
+            if isinstance(block, list) and child in block:
+                for prev in block[:block.index(child)]:
+                    if isinstance(prev, ast.If) and is_job_guard(prev.test, mod) and _exits(prev.body):
+                        return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if _function_guard(anc):
+                return True
+            if depth >= 3:
+                return False
+            sites = mod.callers(anc)
+            return all(guarded(mod, s, depth + 1) for s in sites)  # no call site here: cannot tell
+        child = anc
+    return False
+
+
+def node_guarded(mod, node: ast.AST, depth: int = 0) -> bool:
+    """Is ``node`` under a per-node test only (``if local_rank == 0``), here or at a call site of its function?
+    Used to word the finding: one writer per machine rather than every rank."""
+    for anc in mod.ancestors(node):
+        if isinstance(anc, ast.If) and rank_kinds(anc.test, mod) == {"node"}:
+            return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return depth < 2 and any(node_guarded(mod, s, depth + 1) for s in mod.callers(anc))
+    return False

@@ -1,0 +1,118 @@
+"""PT002: a device hard-coded in a script that starts a torch.distributed job (every rank on one GPU)."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from allgpu.lint.rank_guard import rankish
+from allgpu.lint.resolve import const_str, kwarg, literal_text
+
+_INDEXED = re.compile(r"^cuda:\d+$")
+INIT_HELPER = re.compile(r"^(init|setup|set_up|initiali[sz]e)_?(distributed|dist|ddp)|^(ddp|dist|distributed)_?(setup|init)")
+
+
+def _replaced_later(mod, call: ast.Call) -> bool:
+    """``device = torch.device('cuda:0')`` reassigned elsewhere (a default the local rank replaces)."""
+    parent = mod.parent.get(id(call))
+    if isinstance(parent, ast.Assign):
+        for t in parent.targets:
+            if len(mod.values_of(t)) > 1:
+                return True
+    return False
+
+
+_SETS_DEVICE = ("torch.cuda.set_device", "torch.cuda.device", "torch.accelerator.set_device_index",
+                "torch.distributed.device_mesh.init_device_mesh", "torch.distributed.init_device_mesh")
+
+
+def _visible_per_rank(mod) -> bool:
+    """``os.environ["CUDA_VISIBLE_DEVICES"] = str(rank)``: each process sees only its GPU, as device 0."""
+    return any(const_str(t.slice) == "CUDA_VISIBLE_DEVICES" and rankish(v) for t, v in mod.subscript_assigns)
+
+
+def _device_per_rank(mod) -> bool:
+    """Does each process pick its own GPU before a bare ``'cuda'`` (set_device, a device mesh, or
+    ``CUDA_VISIBLE_DEVICES`` set from its rank)?"""
+    if _visible_per_rank(mod):
+        return True
+    if any(qn in _SETS_DEVICE for _, qn in mod.calls):
+        return True
+    if any(qn == "torch.cuda.current_device" for _, qn in mod.calls):
+        return True  # ``DDP(net, device_ids=[torch.cuda.current_device()])``: the device was set per rank elsewhere
+    if any(INIT_HELPER.search(qn.rsplit(".", 1)[-1].lower()) for _, qn in mod.calls
+           if qn and not qn.startswith("torch.")):
+        return True  # ``utils.init_distributed_mode(args)`` (DeiT, DINO, MAE): such helpers call set_device
+    return False
+
+
+def _device_text(mod, node: ast.expr) -> str | None:
+    """A device literal, also through ``"cuda" if torch.cuda.is_available() else "cpu"`` (the GPU branch)."""
+    if isinstance(node, ast.IfExp):
+        texts = [literal_text(mod, b) for b in (node.body, node.orelse)]
+        return next((t for t in texts if t and t.lower().startswith("cuda")), None)
+    return literal_text(mod, node)
+
+
+def check_pt002(ctx) -> None:
+    mod, tf = ctx.mod, ctx.torch
+    if not tf.started:
+        return
+    per_rank = _device_per_rank(mod)
+    own_gpu_is_0 = _visible_per_rank(mod)  # then cuda:0 / device_ids=[0] is this process's own GPU
+    for call, qn in mod.calls:
+        f = call.func
+        text = None
+        if qn == "torch.device" and call.args:
+            text = _device_text(mod, call.args[0])
+            if text == "cuda" and len(call.args) > 1:
+                idx = const_str(call.args[1])
+                text = f"cuda:{idx}" if idx is not None else None
+            if text and _replaced_later(mod, call):
+                continue
+        elif isinstance(f, ast.Attribute) and f.attr == "to" and qn is None:
+            arg = call.args[0] if call.args else kwarg(call, "device")
+            text = literal_text(mod, arg)
+            if text is not None and text.isdigit():
+                # ``model.to(0)``; not ``def main(rank): ... rank = 0 ... model.to(rank)`` (a parameter)
+                text = None if _is_parameter(mod, arg, call) else f"cuda:{text}"
+        elif isinstance(f, ast.Attribute) and f.attr == "cuda" and qn is None:
+            arg = call.args[0] if call.args else kwarg(call, "device")
+            if arg is None:
+                text = "cuda"
+            elif isinstance(arg, ast.Constant) and type(arg.value) is int:
+                text = f"cuda:{arg.value}"
+        if text is None:
+            continue
+        text = text.strip().lower()
+        if _INDEXED.match(text) and not (own_gpu_is_0 and text == "cuda:0"):
+            ctx.emit("PT002", call, f"device {text!r} hard-coded in a distributed script: every rank uses that GPU")
+        elif text == "cuda" and not per_rank:
+            ctx.emit("PT002", call, "'cuda' without torch.cuda.set_device(local_rank): every rank uses GPU 0")
+    if not own_gpu_is_0:
+        _check_ddp_device_ids(ctx)
+
+
+def _is_parameter(mod, node: ast.expr | None, at: ast.AST) -> bool:
+    """``node`` is a name bound as a parameter of a function around ``at`` (its value is not only the literal)."""
+    if not isinstance(node, ast.Name):
+        return False
+    for anc in mod.ancestors(at):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = anc.args
+            if node.id in {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}:
+                return True
+    return False
+
+
+def _check_ddp_device_ids(ctx) -> None:
+    """``DDP(model, device_ids=[0])``: every rank claims GPU 0."""
+    for call, qn in ctx.mod.calls:
+        if qn != "torch.nn.parallel.DistributedDataParallel":
+            continue
+        ids = kwarg(call, "device_ids") or (call.args[1] if len(call.args) > 1 else None)
+        if isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1:
+            text = literal_text(ctx.mod, ids.elts[0])
+            if text is not None and text.isdigit() and not _is_parameter(ctx.mod, ids.elts[0], call):
+                ctx.emit("PT002", call, f"DistributedDataParallel(device_ids=[{text}]) hard-coded: every rank "
+                                        "uses that GPU; pass [local_rank]")

@@ -1,0 +1,87 @@
+"""What a PyTorch training file builds and how it steps, for PT006 and PT008 (``ast`` only).
+
+- BatchNorm models that come from a library rather than from ``nn.BatchNorm2d`` calls in the file:
+  ``torchvision.models.resnet50()``, ``models.__dict__[args.arch]()``, ``timm.create_model("resnet50")``.
+- Gradient accumulation through a wrapper object or flag: the loss-scaler convention of timm, MAE, DeiT and
+  Swin (``loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0)``) runs ``backward()`` inside the
+  wrapper on every micro-step and steps the optimizer only when the flag is true.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from allgpu.lint.resolve import const_str
+
+# torchvision/timm architectures built with BatchNorm layers (ViT, Swin, ConvNeXt, AlexNet, plain VGG have none)
+_BN_ARCH = re.compile(r"^(resnet|resnext|wide_resnet|densenet|vgg\d+_bn|mobilenet|efficientnet|regnet|"
+                      r"shufflenet|mnasnet|inception|googlenet|seresnet|resnest|darknet|cspdarknet|dla)")
+_DIST_HINTS = ("all_reduce", "all_gather", "world_size", "get_rank", "synchronize_between_processes",
+               "is_dist_avail_and_initialized", "barrier")
+
+
+def _arch_name(mod, call: ast.Call) -> str | None:
+    """The architecture a model-building call names: ``resnet50`` for ``torchvision.models.resnet50()``,
+    ``timm.create_model("resnet50")``; ``"<any torchvision>"`` for ``models.__dict__[args.arch]()``."""
+    func = call.func
+    if isinstance(func, ast.Subscript) and (mod.qualname(func.value) or "") == "torchvision.models.__dict__":
+        return "<any torchvision>"
+    qn = mod.qualname(func) or ""
+    if qn.startswith("torchvision.models."):
+        return qn.rsplit(".", 1)[-1]
+    if qn in ("timm.create_model", "timm.models.create_model") and call.args:
+        return const_str(call.args[0])
+    return None
+
+
+def library_bn_model_calls(mod) -> list[ast.Call]:
+    """Calls that build a library model with BatchNorm layers (a dynamic torchvision arch counts: most have)."""
+    out = []
+    for call, _ in mod.calls:
+        arch = _arch_name(mod, call)
+        if arch and (arch == "<any torchvision>" or _BN_ARCH.match(arch.lower())):
+            out.append(call)
+    return out
+
+
+def distributed_aware(mod) -> bool:
+    """The file talks to other processes (imports torch.distributed, or calls an all-reduce/rank helper): a
+    training helper module whose model is wrapped in DDP elsewhere in its project."""
+    if mod.is_imported("torch.distributed"):
+        return True
+    names = mod.attrs.keys() | mod.name_ids
+    return any(h in n.lower() for n in names for h in _DIST_HINTS)
+
+
+def wrapper_accumulation_calls(mod) -> list[ast.Call]:
+    """Calls inside a loop that pass a computed ``update_grad=`` flag: backward every micro-step, step when set."""
+    out = []
+    for call, _ in mod.calls:
+        flag = next((kw.value for kw in call.keywords if kw.arg == "update_grad"), None)
+        if flag is None or isinstance(flag, ast.Constant):
+            continue
+        if any(isinstance(a, (ast.For, ast.AsyncFor, ast.While)) for a in mod.ancestors(call)):
+            out.append(call)
+    return out
+
+
+def wraps_one_of(mod, wrap: ast.Call, builds: list[ast.Call], depth: int = 0) -> bool:
+    """Does the module ``wrap`` (``DDP(model, ...)``) wraps come from one of the ``builds`` calls, through
+    ``.cuda()``/``.to()`` and names assigned from them (``model = resnet50(); model = model.cuda()``)?"""
+    target = wrap.args[0] if wrap.args else next((k.value for k in wrap.keywords if k.arg == "module"), None)
+    return target is not None and _comes_from(mod, target, {id(b) for b in builds}, 0)
+
+
+def _comes_from(mod, node: ast.AST, build_ids: set[int], depth: int) -> bool:
+    """``node`` contains a build call, or is a name / ``x.cuda()`` / ``x.to(d)`` chain back to one. Names in
+    other arguments are not followed: ``LinearClassifier(model.fc.in_features)`` does not wrap ``model``."""
+    if depth > 4:
+        return False
+    if any(id(n) in build_ids for n in ast.walk(node)):
+        return True
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        node = node.func.value  # model.cuda(), model.to(device), model.half()
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        return any(_comes_from(mod, v, build_ids, depth + 1) for v in mod.values_of(node))
+    return False

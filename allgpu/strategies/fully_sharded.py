@@ -1,0 +1,246 @@
+"""``FullyShardedStrategy``: parameters, gradients and optimizer state sharded across replicas (ZeRO stage 3).
+
+Built on PyTorch's FSDP2, ``torch.distributed.fsdp.fully_shard`` (parameters become ``DTensor``s sharded on dim 0),
+after Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models" (SC 2020) and
+Zhao et al., "PyTorch FSDP" (VLDB 2023). Start-up is :class:`MirroredStrategy`'s (same launch routes, same
+fallback); what differs is what ``scope()`` does on exit:
+
+1. parameters and buffers built inside are made identical on every replica (broadcast from replica 0);
+2. each model built inside is sharded: the units chosen by :mod:`allgpu.strategies.sharding_plan` first, then the
+   root; each replica keeps about 1/N of every parameter;
+3. optimizers built inside (over the not-yet-sharded parameters, as users write them) are pointed at the sharded
+   parameters, so their state is sharded too.
+
+Forward all-gathers a unit's parameters and frees them afterwards (``reshard_after_forward=True``); backward
+all-gathers again, computes and reduce-scatters the gradients: each replica receives the average gradient of its
+own shard. ``accumulate(k)`` / ``no_sync`` skip the reduce-scatter on non-final micro-batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gc
+import weakref
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError
+from allgpu.mirror import ScopeRecorder, mirror_tensors
+from allgpu.strategies.mirrored import MirroredStrategy
+from allgpu.strategies.sharded_sync import ShardedGradientSync
+from allgpu.strategies.sharding_plan import describe, plan_units, validate_shard_modules
+
+PRECISIONS = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class _ModuleRecorder(ScopeRecorder):
+    """ScopeRecorder that also remembers which modules registered parameters or children (weakly)."""
+
+    def __enter__(self) -> "_ModuleRecorder":
+        from torch.nn.modules import module as nn_module
+
+        self.modules: "weakref.WeakValueDictionary[int, nn.Module]" = weakref.WeakValueDictionary()
+        self.children: set[int] = set()
+        super().__enter__()
+        self._handles.append(nn_module.register_module_module_registration_hook(self._on_child))
+        return self
+
+    def _on_param(self, module, name, param):
+        super()._on_param(module, name, param)
+        self.modules[id(module)] = module
+
+    def _on_buffer(self, module, name, buffer):
+        super()._on_buffer(module, name, buffer)
+        self.modules[id(module)] = module
+
+    def _on_child(self, module, name, child):
+        if child is not None:
+            self.modules[id(module)] = module
+            self.children.add(id(child))
+
+    def roots(self) -> list[nn.Module]:
+        """Recorded modules that no recorded module holds as a child, in creation order."""
+        return [m for key, m in list(self.modules.items()) if key not in self.children]
+
+
+class FullyShardedStrategy(MirroredStrategy):
+    """Fully sharded data parallelism on FSDP2: each replica holds ~1/N of parameters, gradients, optimizer state.
+
+    Same API and launch routes as :class:`MirroredStrategy` (``python train.py``, ``allgpu.launch``,
+    ``allgpu run`` / torchrun, ``TF_CONFIG``); models and optimizers must be built inside ``scope()``.
+
+    Args:
+        devices / num_replicas / timeout: as for :class:`MirroredStrategy`.
+        shard_modules: which submodules are their own FSDP unit (one all-gather and one reduce-scatter each):
+            None (each submodule whose class repeats; the root takes the rest), a Module class, a list of
+            classes, or a predicate ``fn(module) -> bool``.
+        reshard_after_forward: free gathered parameters after forward and gather again in backward (least
+            memory); False keeps them until backward (one all-gather fewer per unit and step).
+        mixed_precision: None, ``"bf16"`` or ``"fp16"``: parameters are all-gathered and computed in that dtype,
+            gradients reduced in float32, the optimizer steps the float32 shards (FSDP2 ``MixedPrecisionPolicy``).
+        offload_to_cpu: keep the sharded parameters, gradients and optimizer state in host memory
+            (FSDP2 ``CPUOffloadPolicy``; the optimizer steps on CPU).
+
+    Raises:
+        TypeError / ValueError: a bad argument, raised before anything starts.
+        DeviceError / StrategyStartError / ClusterConfigError: as for :class:`MirroredStrategy`.
+        ShardingError (at ``scope()`` exit): ``shard_modules`` splits a tied weight across units, or an optimizer
+            stepped before its parameters were sharded.
+    """
+
+    #: every forward pass all-gathers parameters, so every replica must run the same number (``evaluate`` pads).
+    forward_is_collective = True
+
+    def __init__(self, devices=None, num_replicas: int | None = None, *, shard_modules=None,
+                 reshard_after_forward: bool = True, mixed_precision: str | None = None,
+                 offload_to_cpu: bool = False, timeout: float = 1800.0):
+        _validate(num_replicas, shard_modules, reshard_after_forward, mixed_precision, offload_to_cpu, timeout)
+        super().__init__(devices, num_replicas=num_replicas, timeout=timeout)
+        self.shard_modules = shard_modules
+        self.reshard_after_forward = reshard_after_forward
+        self.mixed_precision = mixed_precision
+        self.offload_to_cpu = offload_to_cpu
+        self._own_group = False
+        if not dist.is_initialized():  # one replica: a private world-of-one group, so sharding works the same
+            backend = "gloo" if self.device.type == "cpu" else "nccl"
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
+                                    timeout=datetime.timedelta(seconds=timeout))
+            self._own_group = True
+        self._mesh = init_device_mesh(self.device.type, (self.num_replicas_in_sync,))
+        self._sync = ShardedGradientSync(self._group)
+        self._sharded: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+        self.plans: dict[str, str] = {}  # root class name -> plan in words (for logs and tests)
+
+    @property
+    def gradient_sync(self) -> ShardedGradientSync:
+        """The reduce-scatter driver (counters ``rounds``, ``collectives``, ``all_gathers``)."""
+        return self._sync
+
+    # -- variables ---------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def scope(self) -> Iterator["FullyShardedStrategy"]:
+        """Modules and optimizers created inside are sharded when the scope exits.
+
+        Every replica must run the same scope (it broadcasts and shards collectively); nested scopes shard when
+        the outermost exits. Modules are born on the replica's device in full, then sharded, so one replica must
+        hold the whole model's parameters once at build time (not its gradients or optimizer state).
+        """
+        recorder = _ModuleRecorder()
+        self._scope_depth += 1
+        try:
+            with torch.device(self.device), recorder:
+                yield self
+        finally:
+            self._scope_depth -= 1
+        if self._scope_depth == 0:  # an enclosing scope's recorder saw everything; it shards the whole model
+            self._shard(recorder.roots(), recorder.buffers)
+
+    def mirror(self, module: nn.Module) -> nn.Module:
+        """Shard a module built outside ``scope()`` (broadcast from replica 0, then ``fully_shard``). Returns it.
+
+        Build its optimizer afterwards, from the returned module's parameters. A collective.
+        """
+        if not isinstance(module, nn.Module):
+            raise ArgumentTypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
+        self._shard([module], list(module.buffers()))
+        return module
+
+    def _shard(self, roots: list[nn.Module], buffers: list) -> None:
+        roots = [r for r in roots if not isinstance(r, FSDPModule) and any(True for _ in r.parameters())]
+        if not roots:
+            return
+        mirror_tensors([p for r in roots for p in r.parameters()] + buffers, self._group)
+        replaced: dict[int, nn.Parameter] = {}
+        originals: list[nn.Parameter] = []  # kept alive until optimizers are re-pointed, so their ids stay unique
+        for root in roots:
+            root_name = type(root).__name__
+            before = list(root.named_parameters(remove_duplicate=False))
+            units = plan_units(root, self.shard_modules)
+            for unit in units:
+                fully_shard(unit, **self._fsdp_kwargs())
+            fully_shard(root, **self._fsdp_kwargs())
+            after = dict(root.named_parameters(remove_duplicate=False))
+            replaced.update({id(old): after[name] for name, old in before})
+            originals.extend(old for _, old in before)
+            self._sync.attach(root)
+            self._sharded.add(root)
+            self.plans[root_name] = describe(units)
+        _repoint_optimizers(replaced)
+        if self._check is not None:
+            self._check.add(replaced.values())
+
+    def _fsdp_kwargs(self) -> dict:
+        dtype = PRECISIONS[self.mixed_precision]
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else \
+            MixedPrecisionPolicy()
+        offload = CPUOffloadPolicy(pin_memory=self.device.type == "cuda") if self.offload_to_cpu else OffloadPolicy()
+        return dict(mesh=self._mesh, reshard_after_forward=self.reshard_after_forward, mp_policy=policy,
+                    offload_policy=offload)
+
+    # -- export ------------------------------------------------------------------------------------------------
+    def full_state_dict(self, model: nn.Module) -> dict:
+        """The model's plain (unsharded) state dict on replica 0, on CPU; ``{}`` on the other replicas.
+
+        A collective: every replica must call it. For export (``torch.save``, another framework); to resume
+        training use :func:`allgpu.checkpoint.save`, which never gathers the model on one replica.
+        """
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        if not isinstance(model, nn.Module):
+            raise ArgumentTypeError(f"full_state_dict(model) takes a torch.nn.Module; got {type(model).__name__}.")
+        if not isinstance(model, FSDPModule):
+            return {k: v.detach().cpu() for k, v in model.state_dict().items()} if self.is_chief else {}
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def close(self) -> None:
+        super().close()
+        if self._own_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self._own_group = False
+
+
+def _repoint_optimizers(replaced: dict[int, nn.Parameter]) -> None:
+    """Point optimizers that hold pre-sharding parameters at their sharded replacements, in place.
+
+    Users build the optimizer inside ``scope()`` from ``model.parameters()`` before the scope exits, i.e. before
+    FSDP2 has replaced the parameters. PyTorch has no hook on optimizer construction, so the live optimizers are
+    found once per scope exit through the garbage collector's object list.
+    """
+    if not replaced:
+        return
+    for obj in gc.get_objects():
+        if not issubclass(type(obj), torch.optim.Optimizer):  # type(): isinstance would touch lazy proxies
+            continue
+        for group in obj.param_groups:
+            params = group["params"]
+            for i, p in enumerate(params):
+                new = replaced.get(id(p))
+                if new is None:
+                    continue
+                if obj.state.get(p):
+                    raise ShardingError(f"{type(obj).__name__} already stepped on a parameter before it was sharded, "
+                                        "so its state is not sharded. Fix: build the optimizer inside "
+                                        "strategy.scope() and step it only after the scope exits.")
+                obj.state.pop(p, None)
+                params[i] = new
+
+
+def _validate(num_replicas, shard_modules, reshard_after_forward, mixed_precision, offload_to_cpu, timeout) -> None:
+    if num_replicas is not None and (isinstance(num_replicas, bool) or not isinstance(num_replicas, int)
+                                     or num_replicas < 1):
+        raise ArgumentError(f"num_replicas={num_replicas!r}; expected a positive int, or None for every device.")
+    validate_shard_modules(shard_modules)
+    if not isinstance(reshard_after_forward, bool):
+        raise ArgumentTypeError(f"reshard_after_forward={reshard_after_forward!r}; expected True or False.")
+    if mixed_precision not in PRECISIONS:
+        raise ArgumentError(f"mixed_precision={mixed_precision!r}; expected None, 'bf16' or 'fp16'.")
+    if not isinstance(offload_to_cpu, bool):
+        raise ArgumentTypeError(f"offload_to_cpu={offload_to_cpu!r}; expected True or False.")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ArgumentError(f"timeout={timeout!r}; expected a positive number of seconds.")

@@ -1,0 +1,156 @@
+"""Gradient reduction for fully sharded modules: FSDP2's reduce-scatter, driven through GradientSync's interface.
+
+:class:`allgpu.accumulate.Accumulation`, ``Strategy.no_sync`` and ``fit`` talk to a gradient synchroniser through
+``enabled`` (reduce in this backward or not), ``divisor`` (what the summed gradients are divided by) and the
+counters ``rounds`` / ``collectives`` / ``wait_s``. Here ``enabled`` maps to
+``FSDPModule.set_requires_gradient_sync`` (FSDP2 then accumulates unsharded gradients locally, as DDP's
+``no_sync``), ``divisor`` to ``FSDPModule.set_gradient_divide_factor``, and the counters are kept by the
+reduce-scatter and all-gather callables installed with ``set_custom_reduce_scatter`` / ``set_custom_all_gather``,
+which also enter each collective in the hang ledger.
+
+On Gloo, ``set_force_sum_reduction_for_comms(True)`` is set: FSDP2 otherwise asks for ``ReduceOp.AVG`` or
+NCCL's ``PREMUL_SUM`` (a custom divide factor), which Gloo lacks; with it FSDP2 reduce-scatters a SUM and divides
+afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import FSDPModule
+
+from allgpu.replica_group import ReplicaGroup
+
+try:  # public in torch.distributed.fsdp._fully_shard since 2.7
+    from torch.distributed.fsdp._fully_shard import AllGather, ReduceScatter
+except ImportError:  # pragma: no cover - older layouts
+    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+
+
+# The names FSDP2's own default comms use in this torch; the older ones elsewhere.
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+_ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+
+
+class _Alloc:
+    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+
+class _CountedReduceScatter(_Alloc, ReduceScatter):
+    def __init__(self, sync: "ShardedGradientSync"):
+        self._sync = weakref.proxy(sync)
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        self._sync._entered("reduce_scatter", input_tensor)
+        return self._sync._explained(lambda: _REDUCE_SCATTER(output_tensor, input_tensor, op=op, group=group,
+                                                             async_op=async_op))
+
+
+class _CountedAllGather(_Alloc, AllGather):
+    def __init__(self, sync: "ShardedGradientSync"):
+        self._sync = weakref.proxy(sync)
+
+    def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        self._sync._entered("all_gather", input_tensor)
+        return self._sync._explained(lambda: _ALL_GATHER(output_tensor, input_tensor, group=group, async_op=async_op))
+
+
+class ShardedGradientSync:
+    """Drives FSDP2's gradient reduce-scatter for the fully sharded modules of one strategy.
+
+    Attributes:
+        rounds: backward passes whose gradients were reduce-scattered (one per optimizer step; ``k`` micro-batches
+            under ``accumulate(k)`` count once).
+        collectives: reduce-scatter calls issued (one per FSDP unit per round).
+        all_gathers: parameter all-gathers issued (forward, and backward when ``reshard_after_forward``).
+        wait_s: seconds the last round spent inside all-gather and reduce-scatter calls (its forward's too). Gloo
+            runs them synchronously, so on CPU this is the communication time; NCCL calls return at launch, and
+            FSDP2 waits for them inside its own hooks, so on CUDA it under-counts.
+    """
+
+    def __init__(self, group: ReplicaGroup):
+        self.group = group
+        self.rounds = 0
+        self.collectives = 0
+        self.all_gathers = 0
+        self.wait_s = 0.0
+        self._enabled = True
+        self._divisor = float(group.world_size)
+        self._modules: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+        self._in_round = False
+        self._comm_s = 0.0
+        self._ledger = getattr(group, "ledger", None)
+
+    @property
+    def needed(self) -> bool:
+        return True
+
+    def attach(self, root: nn.Module) -> None:
+        """Take charge of every FSDP unit under ``root`` (call once the whole model is sharded)."""
+        gloo = self.group.device.type == "cpu"  # CPU tensors travel over Gloo
+        reduce_scatter, all_gather = _CountedReduceScatter(self), _CountedAllGather(self)
+        for module in root.modules():
+            if isinstance(module, FSDPModule) and module not in self._modules:
+                self._modules.add(module)
+                if gloo:
+                    module.set_force_sum_reduction_for_comms(True)
+                module.set_custom_reduce_scatter(reduce_scatter)
+                module.set_custom_all_gather(all_gather)
+        self._apply()
+
+    def add(self, params) -> None:
+        """Accepted for GradientSync compatibility; sharded parameters are reduced by FSDP2 itself."""
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self._enabled = bool(value)
+        self._apply()
+
+    @property
+    def divisor(self) -> float:
+        return self._divisor
+
+    @divisor.setter
+    def divisor(self, value: float) -> None:
+        self._divisor = float(value)
+        self._apply()
+
+    def _apply(self) -> None:
+        for module in list(self._modules):
+            module.set_requires_gradient_sync(self._enabled, recurse=False)
+            module.set_gradient_divide_factor(self._divisor)
+
+    def _entered(self, op: str, tensor: torch.Tensor) -> None:
+        if op == "all_gather":
+            self.all_gathers += 1
+        else:
+            self.collectives += 1
+            if not self._in_round:
+                self._in_round = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_round)
+        if self._ledger is not None and self.group.world_size > 1:
+            self._ledger.enter(op, [list(tensor.shape)], None)
+
+    def _explained(self, call):
+        # Gloo runs these synchronously: a replica that never arrives surfaces here, and the ledger names it.
+        start = time.monotonic()
+        try:
+            return call()
+        except Exception as exc:  # backend errors are RuntimeError subclasses with transport-level text
+            raise self.group.explain_failure(exc, time.monotonic() - start) from exc
+        finally:
+            self._comm_s += time.monotonic() - start
+
+    def _end_round(self) -> None:
+        self._in_round = False
+        self.rounds += 1
+        self.wait_s, self._comm_s = self._comm_s, 0.0

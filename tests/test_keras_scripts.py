@@ -1,0 +1,91 @@
+"""Keras scripts run as users run them: `python script.py`, `allgpu run`, a replica killed and the job resumed."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+pytest.importorskip("keras")
+
+from tests.conftest import REPO  # noqa: E402
+
+pytestmark = pytest.mark.replicas
+
+SCRIPT = r'''
+import json, os, sys
+os.environ["KERAS_BACKEND"] = "torch"
+import keras, numpy as np, allgpu
+
+which = sys.argv[1]
+strategy = {"one": lambda: allgpu.OneDeviceStrategy("/cpu:0"),
+            "mirrored": lambda: allgpu.MirroredStrategy(num_replicas=2),
+            "multi_worker": lambda: allgpu.MultiWorkerMirroredStrategy()}[which]()
+keras.utils.set_random_seed(0)
+rng = np.random.default_rng(0)
+x = rng.normal(size=(192, 5)).astype("float32")
+y = (x[:, 0] + x[:, 1] > 0).astype("int64")
+with strategy.scope():
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+
+class KillReplica1(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 2 and os.environ.get("KILL") and strategy.replica_id_in_sync == 1:
+            os._exit(3)
+
+backup = keras.callbacks.BackupAndRestore(os.environ.get("BACKUP", "backup"), delete_checkpoint=False)
+history = model.fit(x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, callbacks=[backup, KillReplica1()])
+if strategy.is_chief:
+    print("RESULT", json.dumps({"epochs": len(history.history["loss"]), "loss": history.history["loss"],
+                                "weights": [float(w.sum()) for w in model.get_weights()],
+                                "replicas": strategy.num_replicas_in_sync}))
+'''
+
+
+def _result(proc):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    assert len(line) == 1, proc.stdout  # printed by replica 0 only
+    return json.loads(line[0][len("RESULT "):])
+
+
+@pytest.mark.timeout(300)
+def test_same_script_under_one_device_mirrored_and_multi_worker(run_script, tmp_path):
+    one = _result(run_script(SCRIPT, "one", env={"BACKUP": str(tmp_path / "b1")}, timeout=240))
+    mirrored = _result(run_script(SCRIPT, "mirrored", env={"BACKUP": str(tmp_path / "b2")}, timeout=240))
+    script = tmp_path / "script.py"
+    run = subprocess.run([sys.executable, "-m", "allgpu.cli.main", "run", "--cpu-replicas", "2", str(script),
+                          "multi_worker"], capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                         env={**os.environ, "BACKUP": str(tmp_path / "b3")})
+    multi = _result(run)
+    assert (one["replicas"], mirrored["replicas"], multi["replicas"]) == (1, 2, 2)
+    for other in (mirrored, multi):
+        assert other["weights"] == pytest.approx(one["weights"], rel=1e-4, abs=1e-5)
+        assert other["loss"] == pytest.approx(one["loss"], rel=1e-4)
+
+
+@pytest.mark.timeout(300)
+def test_backup_and_restore_resumes_after_a_replica_is_killed(run_script, tmp_path):
+    env = {"BACKUP": str(tmp_path / "backup")}
+    killed = run_script(SCRIPT, "mirrored", env={**env, "KILL": "1"}, timeout=240)
+    assert killed.returncode != 0 and "replica 1" in killed.stderr  # the job stopped, naming the replica
+    metadata = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
+    assert metadata["epoch"] == 3                                    # epochs 0-2 were backed up by replica 0
+    resumed = _result(run_script(SCRIPT, "mirrored", env=env, timeout=240))
+    assert resumed["epochs"] == 3                                    # only epochs 3-5 ran again
+    assert resumed["loss"][0] < 0.45 and resumed["loss"][-1] < resumed["loss"][0]  # from the restored weights
+
+
+@pytest.mark.timeout(300)
+def test_keras_digits_example_reaches_95_percent_on_two_replicas():
+    proc = subprocess.run([sys.executable, str(REPO / "examples" / "keras_digits.py"), "--epochs", "6"],
+                          capture_output=True, text=True, timeout=280, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("test accuracy") and "on 2 replicas" in last
+    assert float(last.split()[2]) >= 0.95
+    assert proc.stdout.count("Epoch 1/6") == 1  # progress from replica 0 only
