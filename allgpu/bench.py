@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -39,7 +39,7 @@ def _batches(shape, classes, per_replica, count, device, seed):
              torch.randint(0, classes, (per_replica,), generator=g).to(device)) for _ in range(count)]
 
 
-def _timed_loop(model, optimizer, batches, warmup, device) -> float:
+def _timed_loop(model, optimizer, batches, warmup, device, step: bool = True) -> float:
     loss_fn = nn.CrossEntropyLoss()
     for i, (x, y) in enumerate(batches):
         if i == warmup:
@@ -47,27 +47,38 @@ def _timed_loop(model, optimizer, batches, warmup, device) -> float:
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
         loss_fn(model(x), y).backward()
-        optimizer.step()
+        if step:  # else optimizer-in-backward stepped it
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - start
 
 
-def _replica(kind: str, model_name: str, steps: int, warmup: int, device_kind: str) -> float:
-    """One replica's run; returns the job's samples/s (global batch x steps / slowest replica's seconds)."""
+KINDS = ("allgpu", "ddp", "allgpu_oib")  # allgpu_oib: optimizer-in-backward
+
+
+def _replica(kind: str, model_name: str, steps: int, warmup: int, device_kind: str,
+             backend: str | None = None, global_batch: int | None = None) -> float:
+    """One replica's run; returns the job's samples/s (global batch x steps / slowest replica's seconds).
+
+    ``backend``: compile the model with ``torch.compile(backend=...)`` (DDP: ``torch.compile(DDP(model))``)."""
     import torch.distributed as dist
 
     import allgpu
 
-    builder, shape, classes, global_batch = MODELS[model_name]
-    if kind == "allgpu":
+    builder, shape, classes, default_batch = MODELS[model_name]
+    global_batch = global_batch or default_batch
+    in_backward = kind == "allgpu_oib"
+    if kind.startswith("allgpu"):
         strategy = allgpu.MirroredStrategy()
         device, world = strategy.device, strategy.num_replicas_in_sync
         torch.manual_seed(0)
         with strategy.scope():
             model = _build(builder)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        if in_backward:
+            strategy.optimizer_in_backward(optimizer)
     else:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -82,7 +93,9 @@ def _replica(kind: str, model_name: str, steps: int, warmup: int, device_kind: s
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     batches = _batches(shape, classes, global_batch // world, warmup + steps, device, seed=dist.get_rank()
                        if dist.is_initialized() else 0)
-    seconds = _timed_loop(model, optimizer, batches, warmup, device)
+    if backend is not None:
+        model = torch.compile(model, backend=backend)
+    seconds = _timed_loop(model, optimizer, batches, warmup, device, step=not in_backward)
     if dist.is_initialized():
         t = torch.tensor([seconds], device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -93,29 +106,41 @@ def _replica(kind: str, model_name: str, steps: int, warmup: int, device_kind: s
 
 @dataclass
 class Comparison:
+    """Median samples/s of each side; ``ratios`` are medians of the per-round ratios against DDP (each round runs
+    every side once, back to back, so a load change hits both sides of a ratio alike)."""
+
     model: str
     replicas: int
     device: str
     allgpu_samples_per_s: float
     ddp_samples_per_s: float
+    backend: str | None = None
+    oib_samples_per_s: float | None = None
+    ratios: dict = field(default_factory=dict)
 
     @property
     def ratio(self) -> float:
-        return self.allgpu_samples_per_s / self.ddp_samples_per_s
+        return self.ratios.get("allgpu", self.allgpu_samples_per_s / self.ddp_samples_per_s)
 
 
 def compare(model_name: str, *, replicas: int = 2, device: str = "cpu", steps: int = 200, warmup: int = 20,
-            rounds: int = 3) -> Comparison:
-    """Median samples/s of ``rounds`` alternating runs of allgpu and DDP on ``replicas`` replicas."""
+            rounds: int = 5, backend: str | None = None, optimizer_in_backward: bool = True) -> Comparison:
+    """Alternating runs (allgpu, DDP[, allgpu with optimizer-in-backward]) x ``rounds`` on ``replicas`` replicas,
+    compiled with ``backend`` when given; medians reported."""
     import allgpu
 
     devices = [f"/{'gpu' if device == 'cuda' else 'cpu'}:{i}" for i in range(replicas)]
-    runs: dict[str, list[float]] = {"allgpu": [], "ddp": []}
+    kinds = KINDS if optimizer_in_backward else KINDS[:2]
+    runs: dict[str, list[float]] = {k: [] for k in kinds}
     for _ in range(rounds):
-        for kind in ("allgpu", "ddp"):
-            runs[kind].append(allgpu.launch(_replica, devices=devices, args=(kind, model_name, steps, warmup, device),
+        for kind in kinds:
+            runs[kind].append(allgpu.launch(_replica, devices=devices,
+                                            args=(kind, model_name, steps, warmup, device, backend),
                                             start_method="spawn" if device == "cuda" else None)[0])
-    return Comparison(model_name, replicas, device, statistics.median(runs["allgpu"]), statistics.median(runs["ddp"]))
+    ratios = {k: statistics.median(a / d for a, d in zip(runs[k], runs["ddp"])) for k in kinds if k != "ddp"}
+    oib = statistics.median(runs["allgpu_oib"]) if optimizer_in_backward else None
+    return Comparison(model_name, replicas, device, statistics.median(runs["allgpu"]),
+                      statistics.median(runs["ddp"]), backend, oib, ratios)
 
 
 def scaling(model_name: str, *, replicas: int = 2, device: str = "cpu", steps: int = 200, warmup: int = 20) -> dict:
@@ -131,9 +156,74 @@ def scaling(model_name: str, *, replicas: int = 2, device: str = "cpu", steps: i
 
 
 def format_comparisons(rows: list[Comparison]) -> str:
-    lines = [f"{'model':<12} {'replicas':>8} {'device':>6} {'allgpu samples/s':>17} {'DDP samples/s':>14} "
-             f"{'allgpu/DDP':>10}"]
+    lines = [f"{'model':<12} {'replicas':>8} {'device':>6} {'compiled':>9} {'allgpu samples/s':>17} "
+             f"{'DDP samples/s':>14} {'allgpu/DDP':>10} {'in-backward/DDP':>16}"]
     for r in rows:
-        lines.append(f"{r.model:<12} {r.replicas:>8} {r.device:>6} {r.allgpu_samples_per_s:>17.0f} "
-                     f"{r.ddp_samples_per_s:>14.0f} {r.ratio:>10.3f}")
+        oib = f"{r.ratios['allgpu_oib']:>16.3f}" if "allgpu_oib" in r.ratios else f"{'-':>16}"
+        lines.append(f"{r.model:<12} {r.replicas:>8} {r.device:>6} {r.backend or 'no':>9} "
+                     f"{r.allgpu_samples_per_s:>17.0f} {r.ddp_samples_per_s:>14.0f} {r.ratio:>10.3f} {oib}")
     return "\n".join(lines)
+
+
+def profile_model(model_name: str, device: str = "cpu", per_device_batch: int | None = None) -> "StepProfile":
+    """Measure one device's training step of a benchmark model (:func:`allgpu.predict.measure`)."""
+    from allgpu.predict import measure
+
+    builder, shape, classes, global_batch = MODELS[model_name]
+    batch = per_device_batch or global_batch
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    model = _build(builder).to(dev)
+    data = _batches(shape, classes, batch, 8, dev, seed=0)
+    state = {"i": 0}
+
+    def make_batch():
+        state["i"] += 1
+        return data[state["i"] % len(data)]
+
+    profile = measure(model, make_batch)
+    profile.label = f"{model_name} on {device}"
+    return profile
+
+
+def _allreduce_time(nbytes: int, repeats: int) -> float:
+    import torch.distributed as dist
+
+    import allgpu
+
+    strategy = allgpu.MirroredStrategy()
+    t = torch.zeros(nbytes // 4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        dist.all_reduce(t)
+    seconds = (time.perf_counter() - start) / repeats
+    strategy.close()
+    return seconds
+
+
+def loopback_interconnect(replicas: int = 2) -> "Interconnect":
+    """Gloo over loopback, measured: latency and bandwidth fitted to all-reduces of 4 KiB and 4 MiB."""
+    import allgpu
+    from allgpu.predict import Interconnect
+
+    small, big = 4096, 4 * 1024 * 1024
+    t_small = allgpu.launch(_allreduce_time, num_replicas=replicas, args=(small, 50))[0]
+    t_big = allgpu.launch(_allreduce_time, num_replicas=replicas, args=(big, 10))[0]
+    factor = 2 * (replicas - 1) / replicas
+    bandwidth = factor * (big - small) / max(t_big - t_small, 1e-9)
+    latency = max(t_small - factor * small / bandwidth, 1e-7) / (2 * (replicas - 1))
+    return Interconnect("Gloo loopback (measured)", 64, bandwidth, latency, bandwidth, latency)
+
+
+def weak_scaling(model_name: str, replicas=(1, 2, 4), steps: int = 100, warmup: int = 10) -> dict[int, float]:
+    """allgpu samples/s at each replica count with the benchmark's per-device batch fixed (weak scaling)."""
+    import allgpu
+
+    global_batch = MODELS[model_name][3]
+    out = {}
+    for n in replicas:
+        out[n] = allgpu.launch(_replica, num_replicas=n, args=("allgpu", model_name, steps, warmup, "cpu", None,
+                                                              global_batch * n))[0]
+    return out

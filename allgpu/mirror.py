@@ -6,7 +6,9 @@ register_module_parameter_registration_hook``) records every parameter and buffe
 identical on every replica (broadcast from replica 0) and handed to gradient sync. Following
 ``tf.distribute``, a trainable parameter used in training without having been mirrored is an error
 (:class:`~allgpu.errors.NotMirroredError`): a global forward pre-hook checks each module once, on its first
-forward with gradients enabled and tensor inputs (symbolic calls, as Keras makes to build a model, are not checked).
+forward with gradients enabled and tensor inputs (symbolic calls, as Keras makes to build a model, are not checked),
+and an optimizer step pre-hook checks what an optimizer updates (the check that still runs when the forward is
+compiled).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Iterable
 
 import torch
 from torch.nn.modules import module as nn_module
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._pytree import tree_leaves
 
 from allgpu.errors import NotMirroredError
@@ -78,7 +81,17 @@ def mirror_tensors(tensors: Iterable[torch.Tensor], group: ReplicaGroup, where: 
 
 
 class MirrorCheck:
-    """Raises :class:`NotMirroredError` when a module with an unmirrored trainable parameter runs forward.
+    """Raises :class:`NotMirroredError` when an unmirrored trainable parameter is about to be trained.
+
+    Two checks, both cached so a training step pays a dictionary look-up:
+
+    * a global forward pre-hook checks each module once, on its first forward with gradients enabled, and names
+      the module. It returns at once while Dynamo traces (``torch.compiler.is_compiling()`` is a constant there),
+      so a compiled model gets no graph break and no mutation of the hook's state inside a graph. For
+      ``torch.compile(model)`` the hook still runs eagerly on the ``OptimizedModule`` wrapper and checks the
+      wrapped model's parameters; for ``model.compile()`` the whole call is compiled, and
+    * a global optimizer step pre-hook (``torch.optim.optimizer.register_optimizer_step_pre_hook``) checks the
+      parameters an optimizer is about to update, once per optimizer and param-group shape, outside any graph.
 
     Args:
         num_replicas: shown in the message.
@@ -93,7 +106,9 @@ class MirrorCheck:
         self.num_replicas = num_replicas
         self.rank = rank
         self._verified: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
-        self._handle = nn_module.register_module_forward_pre_hook(self._check)
+        self._optimizers: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple]" = weakref.WeakKeyDictionary()
+        self._handles = [nn_module.register_module_forward_pre_hook(self._check),
+                         register_optimizer_step_pre_hook(self._check_optimizer)]
 
     def add(self, params: Iterable[torch.Tensor]) -> None:
         registry = MirrorCheck._mirrored
@@ -105,28 +120,55 @@ class MirrorCheck:
         return ref is not None and ref() is param
 
     def close(self) -> None:
-        self._handle.remove()
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
 
     def _check(self, module: torch.nn.Module, args) -> None:
-        if module in self._verified or not torch.is_grad_enabled():
+        if torch.compiler.is_compiling() or not torch.is_grad_enabled() or module in self._verified:
             return
         if not any(isinstance(a, torch.Tensor) for a in tree_leaves(args)):
             return  # a symbolic call (Keras building a functional model from KerasTensors), not training
         for name, param in module.named_parameters():
             if param.requires_grad and not self.is_mirrored(param):
-                raise NotMirroredError(self._message(module, name, param))
+                raise NotMirroredError(self._message(*_unwrap_compiled(module, name), param))
         for sub in module.modules():
             self._verified.add(sub)
 
-    def _message(self, module: torch.nn.Module, name: str, param: torch.Tensor) -> str:
-        where = f"{type(module).__name__}.{name}" if name else type(module).__name__
-        if "_torch_params." in name:  # a Keras variable: name it by its Keras path
-            where = f"{name.split('_torch_params.')[-1]!r} (Keras variable)"
+    def _check_optimizer(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+        if torch.compiler.is_compiling():
+            return
+        shape = tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
+        if self._optimizers.get(optimizer) == shape:
+            return
+        for g, group in enumerate(optimizer.param_groups):
+            for i, param in enumerate(group["params"]):
+                if param.requires_grad and not self.is_mirrored(param):
+                    where = f"param_groups[{g}]['params'][{i}] of a {type(optimizer).__name__}"
+                    raise NotMirroredError(self._message(None, where, param))
+        self._optimizers[optimizer] = shape
+
+    def _message(self, module: torch.nn.Module | None, name: str, param: torch.Tensor) -> str:
+        if module is None:
+            where, owner = name, "model"
+        else:
+            where = f"{type(module).__name__}.{name}" if name else type(module).__name__
+            owner = f"a {type(module).__name__}"
+            if "_torch_params." in name:  # a Keras variable: name it by its Keras path
+                where = f"{name.split('_torch_params.')[-1]!r} (Keras variable)"
         return (
-            f"parameter {where} (shape {tuple(param.shape)}, on {param.device}) of a {type(module).__name__} "
+            f"parameter {where} (shape {tuple(param.shape)}, on {param.device}) of {owner} "
             f"was created outside strategy.scope(), so replica {self.rank} would train it alone: its gradients "
             f"would not be averaged across the {self.num_replicas} replicas. This is the most common reason a "
             "multi-GPU job trains on one device. Fix: build the model (and optimizer) inside\n"
             "    with strategy.scope():\n        model = ...\n"
             "or, for a model you already have, call model = strategy.mirror(model) once before training."
         )
+
+
+def _unwrap_compiled(module: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
+    """The model inside a ``torch.compile`` wrapper and the parameter's name in it (for the message)."""
+    inner = getattr(module, "_orig_mod", None)
+    if isinstance(inner, torch.nn.Module) and name.startswith("_orig_mod."):
+        return inner, name[len("_orig_mod."):]
+    return module, name

@@ -85,10 +85,15 @@ class GradientSync:
         self.wait_s = 0.0
         self._active = False
         self._next = 0
+        self.stepper = None  # optimizer-in-backward: called with each bucket's parameters once it is averaged
 
     @property
     def needed(self) -> bool:
-        return self.group.world_size > 1 or self.divisor != 1.0
+        return self.group.world_size > 1 or self.divisor != 1.0 or self.stepper is not None
+
+    def synchronises(self, param: torch.Tensor) -> bool:
+        """True when ``param``'s gradient is averaged by this synchroniser."""
+        return id(param) in self._known
 
     def add(self, params: Iterable[torch.nn.Parameter]) -> None:
         """Register parameters (already identical on every replica); rebuilds the buckets."""
@@ -112,7 +117,7 @@ class GradientSync:
         for p in reversed(self.params):
             nbytes = p.numel() * p.element_size()
             # A small first bucket starts communication early, as DDP's 1 MiB first bucket does.
-            cap = FIRST_BUCKET_BYTES if not self.buckets else self.bucket_cap_bytes
+            cap = min(FIRST_BUCKET_BYTES, self.bucket_cap_bytes) if not self.buckets else self.bucket_cap_bytes
             if current and (size + nbytes > cap or p.dtype != current[0].dtype
                             or p.device != current[0].device):
                 self.buckets.append(_Bucket(current))
@@ -186,6 +191,8 @@ class GradientSync:
                 for p, view, count in zip(bucket.params, bucket.views, used):
                     if count > 0.5:  # unused on every replica: its grad is left as it was (None), as on one device
                         p.grad = view
+                if self.stepper is not None:  # while the later buckets' all-reduces are still in flight
+                    self.stepper(bucket.params)
             self._broadcast_buffers()
         finally:
             self._active = False

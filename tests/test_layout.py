@@ -15,13 +15,14 @@ LAYERS = {
     "errors": 0, "findings": 0, "devices": 0, "advice": 0, "live": 0,
     "runtime": 1,
     "ledger": 2, "replica_group": 2, "sync": 2, "mirror": 2, "data": 2, "data_rng": 2, "accumulate": 2,
+    "compiling": 2, "optim_backward": 2,
     "keras": 2,  # the Keras 3 adapter: uses the core only (imports Keras lazily); scope() and mirror() call it
     "strategies": 3, "losses": 3,
     "checkpoint": 4,
     "lint": 5, "monitor": 5,  # diagnosis beside the core: import only down
     "doctor": 6,  # may use the monitor's report and the linter for `doctor --run`
     "train": 7,
-    "bench": 9, "bench_memory": 9, "demo": 9,
+    "bench": 9, "bench_memory": 9, "demo": 9, "predict": 9,
     "cli": 10,
 }
 LINES_PER_FILE = 400

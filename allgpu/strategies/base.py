@@ -20,6 +20,7 @@ from allgpu.errors import ArgumentError, ArgumentTypeError
 from allgpu import live
 from allgpu.accumulate import Accumulation
 from allgpu import keras as keras_support
+from allgpu.compiling import CompileOverlap, compile_model
 from allgpu.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput
 from allgpu.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
 from allgpu.replica_group import REDUCE_OPS, ReplicaGroup
@@ -34,6 +35,8 @@ class Strategy:
     parameters are errors; they never start processes themselves.
     """
 
+    _no_optimizer_in_backward: str | None = None  # why a strategy cannot step inside backward
+
     def __init__(self, placement, *, check_mirrored: bool, bucket_cap_mb: float = 25.0,
                  gradient_compression: str | None = None):
         validate_sync_options(bucket_cap_mb, gradient_compression)
@@ -42,6 +45,7 @@ class Strategy:
         self._group = group
         self._sync = GradientSync(group, bucket_cap_mb=bucket_cap_mb, compression=gradient_compression)
         self._check = MirrorCheck(group.world_size, group.rank) if check_mirrored else None
+        self._overlap = CompileOverlap(self._sync)  # a user's torch.compile(model) keeps all-reduce overlapping
         self._mirrored_ids: set[int] = set()
         self._accumulations: dict[int, Accumulation] = {}
         self._scope_depth = 0
@@ -163,6 +167,16 @@ class Strategy:
         if self._check is not None:
             self._check.add(params)
 
+    def compile(self, model: torch.nn.Module, *, backend="inductor", **compile_kwargs) -> torch.nn.Module:
+        """``torch.compile(model)`` with the graph split at this strategy's gradient-bucket boundaries.
+
+        Gradient all-reduce then overlaps the compiled backward, as under DDP (Dynamo's ``DDPOptimizer``; see
+        :mod:`allgpu.compiling`). A plain ``torch.compile(model)`` trains the same parameters, but its backward is
+        one graph and every all-reduce waits for its end. ``compile_kwargs`` are ``torch.compile``'s. Local.
+        Returns the compiled module (it shares ``model``'s parameters).
+        """
+        return compile_model(model, self._sync, backend=backend, **compile_kwargs)
+
     # -- computation -------------------------------------------------------------------------------------------
     def run(self, fn: Callable, args: tuple = (), kwargs: dict | None = None) -> Any:
         """Run ``fn(*args, **kwargs)`` on this replica and return its result (``tf.distribute.Strategy.run``).
@@ -253,6 +267,33 @@ class Strategy:
             self._accumulations[k] = Accumulation(self._sync, k)
         return self._accumulations[k]
 
+    def optimizer_in_backward(self, optimizer: torch.optim.Optimizer | None):
+        """Step ``optimizer`` inside every synchronising backward, one gradient bucket at a time, as soon as that
+        bucket's all-reduce completes (:mod:`allgpu.optim_backward`); ``None`` turns it off.
+
+        Do not call ``optimizer.step()`` yourself while it is on (``zero_grad()`` as usual); parameters equal the
+        ordinary step's for elementwise optimizers. Under accumulation the step happens on the k-th backward.
+        Not with ``mixed_precision="fp16"`` (the loss scaler must see every gradient first). Local; every replica
+        must turn it on for the same backward passes. Returns the :class:`~allgpu.optim_backward.BucketStepper`.
+        """
+        from allgpu.optim_backward import BucketStepper
+
+        if optimizer is not None and self._no_optimizer_in_backward:
+            from allgpu.errors import UnsupportedError
+
+            raise UnsupportedError(f"{type(self).__name__} cannot step the optimizer inside backward: "
+                                   f"{self._no_optimizer_in_backward} Fix: call optimizer.step() as usual.")
+        if optimizer is not None:
+            stray = [p for group in optimizer.param_groups for p in group["params"]
+                     if p.requires_grad and not self._sync.synchronises(p)]
+            if stray:
+                raise ArgumentError(f"optimizer_in_backward: {len(stray)} of the optimizer's parameters (the first of "
+                                 f"shape {tuple(stray[0].shape)}) were not created in strategy.scope(), so no "
+                                 "backward would step them. Fix: build the model in scope() or call "
+                                 "strategy.mirror(model) first.")
+        self._sync.stepper = None if optimizer is None else BucketStepper(optimizer)
+        return self._sync.stepper
+
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
         """Backward passes inside accumulate gradients locally without all-reduce (DDP's ``no_sync``). Local; every
@@ -305,6 +346,7 @@ class Strategy:
         (replica 0, which may host the job's store, leaves last)."""
         if self._check is not None:
             self._check.close()
+        self._overlap.close()
         live.unregister(self)
         self._group.close()
 

@@ -30,6 +30,8 @@ class CentralStorageStrategy(MirroredStrategy):
     The optimizer must be created inside ``scope()`` from the model's parameters, as usual; it is not wrapped.
     """
 
+    _no_optimizer_in_backward = "its update runs on the central copy, swapped in around optimizer.step()."
+
     def __init__(self, devices=None, *, num_replicas: int | None = None, central_device="/cpu:0",
                  fallback: str = "one_device", timeout: float | None = None, backend: str | None = None,
                  bucket_cap_mb: float = 25.0):

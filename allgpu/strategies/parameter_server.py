@@ -57,6 +57,8 @@ class ParameterServerStrategy(Strategy):
                       "training; for the weights alone, torch.save(model.state_dict(), path) on worker 0.",
     }
 
+    _no_optimizer_in_backward = "the update happens on the parameter servers, pushed at optimizer.step()."
+
     def __init__(self, num_ps: int = 1, *, timeout: float = 300.0, worker_silence_s: float | None = None):
         spec = from_torchrun_env()
         if spec is None:

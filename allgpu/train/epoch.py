@@ -48,6 +48,7 @@ class EpochRunner:
     progress: Any
     callbacks: Sequence
     max_steps: int | None
+    step_in_backward: bool = False  # optimizer-in-backward: the strategy's gradient sync already stepped
     _warned: bool = False
 
     def run(self, epoch: int, data, sums: MetricSums, global_step: int, history) -> tuple[int, int, float]:
@@ -68,7 +69,8 @@ class EpochRunner:
             loss, outputs = self._forward_backward(x, y)
             if self.accumulation.sync_step:
                 with self.timer.phase("optimizer"):
-                    self.precision.step(self.optimizer)
+                    if not self.step_in_backward:
+                        self.precision.step(self.optimizer)
                     self.optimizer.zero_grad(set_to_none=True)
                 global_step += 1
                 self.plan.after_step(epoch, global_step, history)

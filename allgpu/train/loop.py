@@ -55,7 +55,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         callbacks: Iterable[Callback] = (), shuffle: bool = True, seed: int = 0, num_workers: int | str = "auto",
         verbose: bool = True, max_steps_per_epoch: int | None = None, checkpoint_dir=None,
         checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = True,
-        monitor: bool = False, report_dir=None) -> History:
+        monitor: bool = False, report_dir=None, compile: bool | dict = False,
+        optimizer_in_backward: bool = False) -> History:
     """Train ``model`` for ``epochs`` epochs on every replica of ``strategy``.
 
     Args:
@@ -79,6 +80,11 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
             and the diagnosis of why a device idles (:class:`allgpu.monitor.StepMonitor`); reports are in
             ``history.monitor_reports``.
         report_dir: with ``monitor``, write ``monitor.json`` and ``monitor.png`` here at the end (replica 0).
+        compile: True to train through ``strategy.compile(model)`` (``torch.compile`` with the graph split at
+            gradient-bucket boundaries, so all-reduce overlaps backward); a dict passes ``torch.compile``
+            arguments (``{"backend": "aot_eager", "mode": "max-autotune"}``). Evaluation stays eager.
+        optimizer_in_backward: step the optimizer on each gradient bucket as soon as its all-reduce completes,
+            inside backward (see :meth:`Strategy.optimizer_in_backward`); parameters equal the ordinary step.
 
     Returns:
         :class:`History` with ``loss``, each metric, ``val_*`` and ``samples_per_second`` per epoch.
@@ -96,6 +102,9 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         max_steps_per_epoch = min(max_steps_per_epoch or session.max_steps, session.max_steps)
     if epochs < 1:
         raise ArgumentError(f"epochs={epochs}; expected a positive number of epochs.")
+    if optimizer_in_backward and mixed_precision == "fp16":
+        raise ArgumentError("optimizer_in_backward=True with mixed_precision='fp16': the loss scaler must see every "
+                            "gradient before any step. Fix: mixed_precision='bf16' or optimizer_in_backward=False.")
     data = train_data if isinstance(train_data, (DistributedDataset, PerReplicaInput)) else \
         strategy.distribute_dataset(train_data, global_batch_size, shuffle=shuffle, seed=seed, num_workers=num_workers)
     precision = Precision(strategy.device, mixed_precision)
@@ -108,13 +117,32 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     history = History(point.history, point.history_epochs)
     progress = EpochProgress(verbose and strategy.is_chief, epochs, _steps_per_epoch(data, max_steps_per_epoch))
     timer = StepMonitor(strategy, num_workers=getattr(data, "num_workers", None), enabled=bool(monitor))
-    runner = EpochRunner(model, optimizer, loss_fn, strategy, precision, acc, timer, plan, progress,
-                         list(callbacks), max_steps_per_epoch)
+    runner = EpochRunner(_compiled(model, strategy, compile), optimizer, loss_fn, strategy, precision, acc, timer,
+                         plan, progress,
+                         list(callbacks), max_steps_per_epoch,
+                         step_in_backward=bool(optimizer_in_backward))
     end = _EpochEnd(strategy, model, loss_fn, validation_data, global_batch_size, metrics, mixed_precision,
                     plan, progress, verbose)
     for cb in runner.callbacks:
         cb.on_train_begin({})
-    global_step = point.global_step
+    if optimizer_in_backward:
+        strategy.optimizer_in_backward(optimizer)
+    try:
+        global_step = _train(runner, end, data, metrics, progress, timer, history, point, epochs)
+    finally:
+        if optimizer_in_backward:
+            strategy.optimizer_in_backward(None)
+    if monitor and report_dir:
+        timer.write_report(report_dir)
+    timer.close()
+    if session is not None:
+        session.reports.extend(history.monitor_reports)
+    return history
+
+
+def _train(runner, end, data, metrics, progress, timer, history, point, epochs) -> int:
+    """The epochs of ``fit``; returns the optimizer steps done. Collective (every replica runs it)."""
+    strategy, model, global_step = runner.strategy, end.model, point.global_step
     for epoch in range(point.epoch, epochs):
         model.train()
         for cb in runner.callbacks:
@@ -127,12 +155,17 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
             cb.on_epoch_end(epoch, logs)
     for cb in runner.callbacks:
         cb.on_train_end(history.history)
-    if monitor and report_dir:
-        timer.write_report(report_dir)
-    timer.close()
-    if session is not None:
-        session.reports.extend(history.monitor_reports)
-    return history
+    return global_step
+
+
+def _compiled(model: torch.nn.Module, strategy: Strategy, compile: bool | dict) -> torch.nn.Module:
+    if compile is False or compile is None:
+        return model
+    if compile is True:
+        return strategy.compile(model)
+    if isinstance(compile, dict):
+        return strategy.compile(model, **compile)
+    raise ArgumentError(f"compile={compile!r}; expected True, False or a dict of torch.compile arguments.")
 
 
 def _steps_per_epoch(data, max_steps: int | None) -> int | None:
