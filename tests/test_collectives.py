@@ -80,3 +80,15 @@ def test_a_skipped_collective_times_out_naming_the_replica_and_the_line():
 
 def test_timeout_error_is_typed():
     assert issubclass(CollectiveTimeoutError, RuntimeError)
+
+
+def _big_result():
+    strategy = allgpu.MirroredStrategy()
+    return torch.full((1 << 18,), float(strategy.replica_id_in_sync))  # 1 MiB: far over a pipe's 64 KiB
+
+
+@pytest.mark.timeout(60)
+def test_launch_returns_results_larger_than_a_pipe_buffer():
+    results = allgpu.launch(_big_result, num_replicas=2)
+    assert [r.shape[0] for r in results] == [1 << 18] * 2
+    assert [float(r[0]) for r in results] == [0.0, 1.0]

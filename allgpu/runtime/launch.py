@@ -83,9 +83,12 @@ def launch(
         join=False,
         start_method=start_method,
     )
+    values: list[Any] = [None] * len(device_list)
     try:
-        while not context.join():
-            pass
+        # Drain results while waiting: a replica blocks writing a result larger than the pipe buffer (64 KiB)
+        # until it is read, so joining first would wait forever.
+        while not context.join(timeout=0.05):
+            _drain(results, values)
     except mp.ProcessRaisedException as exc:
         raise ReplicaFailedError(
             f"replica {exc.error_index} raised; the other replicas were stopped. Its traceback:\n{exc.msg}",
@@ -101,11 +104,14 @@ def launch(
         for process in context.processes:
             if process.is_alive():
                 process.kill()
-    values: list[Any] = [None] * len(device_list)
+    _drain(results, values)
+    return values
+
+
+def _drain(results, values: list) -> None:
     while not results.empty():
         rank, value = results.get()
         values[rank] = pickle.loads(value)
-    return values
 
 
 def _check_spawnable(fn: Callable, start_method: str) -> None:
