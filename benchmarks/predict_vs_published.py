@@ -11,7 +11,7 @@ printed next to the published scaling efficiency.
 import json
 from pathlib import Path
 
-from allgpu.predict import INTERCONNECTS, allreduce_seconds, efficiency, uniform_profile
+from allgpu.bench.predict import INTERCONNECTS, allreduce_seconds, efficiency, uniform_profile
 
 DATA = Path(__file__).with_name("published_scaling.json")
 

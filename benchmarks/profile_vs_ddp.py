@@ -13,7 +13,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 import allgpu
-from allgpu.bench import MODELS, _batches, _build
+from allgpu.bench.throughput import MODELS, _batches, _build
 
 
 def _side(kind: str, model_name: str, steps: int):

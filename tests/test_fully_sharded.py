@@ -231,7 +231,7 @@ def test_memory_advice_suggests_sharding_only_when_it_helps():
 
 @pytest.mark.timeout(300)
 def test_bench_memory_counts_a_share_per_replica():
-    from allgpu.bench_memory import format_rows, measure
+    from allgpu.bench.memory import format_rows, measure
 
     rows = measure((2,), steps=2, warmup=1, rounds=1)
     one, mirrored, sharded = rows

@@ -40,7 +40,7 @@ def test_bf16_on_cuda_trains_with_float32_shards():
 
 @pytest.mark.timeout(600)
 def test_bench_memory_on_cuda_reports_peak_memory():
-    from allgpu.bench_memory import measure
+    from allgpu.bench.memory import measure
 
     rows = measure((), device="cuda", steps=3, warmup=1, rounds=1)
     assert rows[0].cuda_peak and rows[0].cuda_peak >= rows[0].held

@@ -22,7 +22,7 @@ LAYERS = {
     "lint": 5, "monitor": 5,  # diagnosis beside the core: import only down
     "doctor": 6,  # may use the monitor's report and the linter for `doctor --run`
     "train": 7,
-    "bench": 9, "bench_memory": 9, "demo": 9, "predict": 9,
+    "bench": 9, "demo": 9,
     "cli": 10,
 }
 LINES_PER_FILE = 400

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from allgpu.predict import (INTERCONNECTS, Interconnect, StepProfile, accumulation_for, allreduce_seconds,
+from allgpu.bench.predict import (INTERCONNECTS, Interconnect, StepProfile, accumulation_for, allreduce_seconds,
                             efficiency, step_seconds, uniform_profile)
 
 FLAT = Interconnect("test", 1, 0.0, 0.0, 1e9, 1e-5)  # 1 GB/s, 10 us per hop, one device per node

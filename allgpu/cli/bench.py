@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _predict(args: argparse.Namespace) -> int:
     from allgpu.bench import MODELS, loopback_interconnect, profile_model, weak_scaling
-    from allgpu.predict import efficiency, format_table, plot
+    from allgpu.bench.predict import efficiency, format_table, plot
 
     names = list(MODELS) if args.model == "all" else [args.model]
     out = {}
@@ -100,7 +100,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _memory(args: argparse.Namespace) -> int:
-    from allgpu.bench_memory import format_rows, measure
+    from allgpu.bench.memory import format_rows, measure
 
     counts = sorted({2, 4, args.replicas})
     rows = measure(counts, device=args.device, steps=args.steps or 20, rounds=args.rounds)

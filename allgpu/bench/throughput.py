@@ -19,7 +19,7 @@ from torch import nn
 MODELS = {
     # name: (builder, input shape per example, classes, global batch size)
     "digits_cnn": ("allgpu.demo:digits_cnn", (1, 8, 8), 10, 64),
-    "mlp_1m": ("allgpu.bench:mlp_1m", (784,), 10, 128),
+    "mlp_1m": ("allgpu.bench.throughput:mlp_1m", (784,), 10, 128),
 }
 
 
@@ -166,8 +166,8 @@ def format_comparisons(rows: list[Comparison]) -> str:
 
 
 def profile_model(model_name: str, device: str = "cpu", per_device_batch: int | None = None) -> "StepProfile":
-    """Measure one device's training step of a benchmark model (:func:`allgpu.predict.measure`)."""
-    from allgpu.predict import measure
+    """Measure one device's training step of a benchmark model (:func:`allgpu.bench.predict.measure`)."""
+    from allgpu.bench.predict import measure
 
     builder, shape, classes, global_batch = MODELS[model_name]
     batch = per_device_batch or global_batch
@@ -206,7 +206,7 @@ def _allreduce_time(nbytes: int, repeats: int) -> float:
 def loopback_interconnect(replicas: int = 2) -> "Interconnect":
     """Gloo over loopback, measured: latency and bandwidth fitted to all-reduces of 4 KiB and 4 MiB."""
     import allgpu
-    from allgpu.predict import Interconnect
+    from allgpu.bench.predict import Interconnect
 
     small, big = 4096, 4 * 1024 * 1024
     t_small = allgpu.launch(_allreduce_time, num_replicas=replicas, args=(small, 50))[0]
