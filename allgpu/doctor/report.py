@@ -142,13 +142,18 @@ def render(reading: EnvironmentReading, problems: Sequence[Finding], console: Co
         return
     for p in problems:
         console.print(Text.assemble((f"{p.severity.upper():8}", _STYLE[p.severity]), (p.id, "bold")))
-        body = Table.grid(padding=(0, 1))
-        body.add_column(style="dim", no_wrap=True)
-        body.add_column()
-        body.add_row("  cause:", Text(p.message))
-        for i, ev in enumerate(p.evidence):
-            body.add_row("  evidence:" if i == 0 else "", Text(ev))
-        body.add_row("  fix:", Text(p.fix))
-        console.print(body)
+        console.print(finding_body(p))
     errors = sum(p.severity == "error" for p in problems)
     console.print(f"{len(problems)} problem(s), {errors} error(s): exit code {exit_code(problems)}.")
+
+
+def finding_body(p) -> Table:
+    """A finding's cause, evidence (one line each) and fix, as the doctor prints them under its id."""
+    body = Table.grid(padding=(0, 1))
+    body.add_column(style="dim", no_wrap=True)
+    body.add_column()
+    body.add_row("  cause:", Text(p.message))
+    for i, ev in enumerate(p.evidence):
+        body.add_row("  evidence:" if i == 0 else "", Text(ev))
+    body.add_row("  fix:", Text(p.fix))
+    return body

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
+from allgpu.doctor.report import finding_body
 from allgpu.doctor.verdict import Verdict
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -24,14 +24,7 @@ def render_verdict(verdict: Verdict, title: str, console: Console | None = None)
     for rank, p in enumerate(verdict.findings, 1):
         console.print(Text.assemble((f"{rank}. ", "bold"), (f"{p.severity.upper():8}", _STYLE[p.severity]),
                                     (p.id, "bold")))
-        body = Table.grid(padding=(0, 1))
-        body.add_column(style="dim", no_wrap=True)
-        body.add_column()
-        body.add_row("  cause:", Text(p.cause))
-        for i, ev in enumerate(p.evidence):
-            body.add_row("  evidence:" if i == 0 else "", Text(ev))
-        body.add_row("  fix:", Text(p.fix))
-        console.print(body)
+        console.print(finding_body(p))
     for note in verdict.notes:
         console.print(Text(note, style="dim" if not verdict.nothing_known else ""))
 

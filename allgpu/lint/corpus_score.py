@@ -15,7 +15,7 @@ from pathlib import Path
 
 from allgpu.errors import LintUsageError
 from allgpu.lint.checker import check_path
-from allgpu.lint.evaluate import RuleScore
+from allgpu.lint.evaluate import RuleScore, total_of
 
 TOLERANCE = 3
 Location = tuple  # (cell or None, line)
@@ -67,10 +67,7 @@ class CorpusScore:
 
     @property
     def total(self) -> RuleScore:
-        t = RuleScore()
-        for s in self.rules.values():
-            t.tp, t.fp, t.fn = t.tp + s.tp, t.fp + s.fp, t.fn + s.fn
-        return t
+        return total_of(self.rules.values())
 
 
 def score_file(row: dict[str, str], findings, out: CorpusScore, scored: set[str] | None) -> None:

@@ -43,10 +43,15 @@ class Evaluation:
 
     @property
     def total(self) -> RuleScore:
-        t = RuleScore()
-        for s in self.rules.values():
-            t.tp, t.fp, t.fn = t.tp + s.tp, t.fp + s.fp, t.fn + s.fn
-        return t
+        return total_of(self.rules.values())
+
+
+def total_of(scores) -> RuleScore:
+    """The sum of per-rule scores."""
+    t = RuleScore()
+    for s in scores:
+        t.tp, t.fp, t.fn = t.tp + s.tp, t.fp + s.fp, t.fn + s.fn
+    return t
 
 
 def load_manifest(folder: Path) -> dict[str, list[str]]:
