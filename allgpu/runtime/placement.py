@@ -160,7 +160,8 @@ def _start(name: str, devices: list[Device], timeout_s: float, backend: str | No
     except Exception as exc:  # driver, NCCL, rendezvous: every start failure is handled the same way
         reason = str(exc).rstrip(". ")
         if replicas is not None:
-            reason += f" ({replicas.describe(1.0)})"
+            states = replicas.describe(1.0) if replicas.started_any else ""
+            reason += f" ({states})" if states else ""
             replicas.stop()
         if dist.is_initialized():
             dist.destroy_process_group()

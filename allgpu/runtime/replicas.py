@@ -203,6 +203,11 @@ class ScriptReplicas:
         time.sleep(FAILURE_GRACE_S)
         os._exit(1)  # replica 0 did not fail by itself in the grace period: it is waiting on a dead peer
 
+    @property
+    def started_any(self) -> bool:
+        """True once at least one replica process was started."""
+        return bool(self._procs)
+
     def describe(self, wait_s: float = 0.0) -> str:
         """Each started replica's state, naming it: killed by a signal, exited with a code, frozen (stopped, e.g. by
         SIGSTOP or a debugger), or running. ``wait_s``: give a replica that is dying this long to be reaped."""
