@@ -12,9 +12,13 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:  # imported on use: predicting needs none of this module's start-up cost
+    from allgpu.bench.predict import Interconnect, StepProfile
 
 MODELS = {
     # name: (builder, input shape per example, classes, global batch size)
