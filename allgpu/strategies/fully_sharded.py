@@ -30,7 +30,8 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError
+from allgpu import keras as keras_support
+from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError, UnsupportedError
 from allgpu.mirror import ScopeRecorder, mirror_tensors
 from allgpu.strategies.mirrored import MirroredStrategy
 from allgpu.strategies.sharded_sync import ShardedGradientSync
@@ -131,13 +132,15 @@ class FullyShardedStrategy(MirroredStrategy):
         the outermost exits. Modules are born on the replica's device in full, then sharded, so one replica must
         hold the whole model's parameters once at build time (not its gradients or optimizer state).
         """
-        recorder = _ModuleRecorder()
+        recorder, keras_models = _ModuleRecorder(), keras_support.ModelRecorder()
         self._scope_depth += 1
         try:
-            with torch.device(self.device), recorder:
+            with torch.device(self.device), recorder, keras_models:
                 yield self
         finally:
             self._scope_depth -= 1
+        if keras_models.models:
+            _refuse_keras(keras_models.models[0])
         if self._scope_depth == 0:  # an enclosing scope's recorder saw everything; it shards the whole model
             self._shard(recorder.roots(), recorder.buffers)
 
@@ -146,6 +149,8 @@ class FullyShardedStrategy(MirroredStrategy):
 
         Build its optimizer afterwards, from the returned module's parameters. A collective.
         """
+        if keras_support.is_keras_model(module):
+            _refuse_keras(module)
         if not isinstance(module, nn.Module):
             raise ArgumentTypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
         self._shard([module], list(module.buffers()))
@@ -203,6 +208,13 @@ class FullyShardedStrategy(MirroredStrategy):
         if self._own_group and dist.is_initialized():
             dist.destroy_process_group()
             self._own_group = False
+
+
+def _refuse_keras(model) -> None:
+    raise UnsupportedError(
+        f"FullyShardedStrategy cannot train the Keras model {getattr(model, 'name', type(model).__name__)!r} yet: "
+        "Keras creates its variables lazily, after the scope has sharded what it saw. Fix: use "
+        "allgpu.MirroredStrategy() for Keras models (it runs the same code on every replica).")
 
 
 def _repoint_optimizers(replaced: dict[int, nn.Parameter]) -> None:
