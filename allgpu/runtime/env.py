@@ -11,7 +11,6 @@ these, which carry what torchrun has no name for:
 ``ALLGPU_TIMEOUT``          the launcher's collective timeout in seconds, used when the strategy gives none
 ``ALLGPU_CLUSTER_SOURCE``   who described the job: ``"allgpu"``, ``"TF_CONFIG"`` (else torchrun)
 ``ALLGPU_FRESH_STORE``      ``"1"``: each restart attempt gets its own store (``allgpu run`` with node ranks)
-``ALLGPU_MONITOR``          ``"STEPS[:REPORT_DIR]"``: ``allgpu doctor --run`` asks ``fit`` for a monitored run
 ==========================  =========================================================================
 
 Launchers build the variables with :func:`replica_variables` / :func:`worker_variables`; replicas read them once
@@ -30,23 +29,10 @@ ERROR_DIR = "ALLGPU_ERROR_DIR"
 TIMEOUT = "ALLGPU_TIMEOUT"
 CLUSTER_SOURCE = "ALLGPU_CLUSTER_SOURCE"
 FRESH_STORE = "ALLGPU_FRESH_STORE"
-MONITOR = "ALLGPU_MONITOR"
-ALL = (DEVICES, DEVICE_KIND, ERROR_DIR, TIMEOUT, CLUSTER_SOURCE, FRESH_STORE, MONITOR)
+ALL = (DEVICES, DEVICE_KIND, ERROR_DIR, TIMEOUT, CLUSTER_SOURCE, FRESH_STORE)
 
 # Collective timeout in seconds when neither the strategy nor a launcher gives one (torch.distributed's default).
 DEFAULT_TIMEOUT_S = 1800.0
-
-
-@dataclass(frozen=True)
-class MonitorRequest:
-    """What ``allgpu doctor --run`` asks of every ``fit`` in the script: one epoch of at most ``max_steps`` steps,
-    monitored, with the report written to ``report_dir`` (None: not written)."""
-
-    max_steps: int
-    report_dir: str | None = None
-
-    def encode(self) -> str:
-        return f"{self.max_steps}:{self.report_dir}" if self.report_dir else str(self.max_steps)
 
 
 @dataclass(frozen=True)
@@ -60,7 +46,6 @@ class LaunchEnv:
         timeout_s: the launcher's collective timeout, seconds.
         cluster_source: ``"allgpu"``, ``"TF_CONFIG"`` or None (torchrun or none).
         fresh_store: use a fresh rendezvous store per restart attempt.
-        monitor: the monitored-run request of ``allgpu doctor --run``.
     """
 
     devices: tuple[str, ...] | None = None
@@ -69,7 +54,6 @@ class LaunchEnv:
     timeout_s: float | None = None
     cluster_source: str | None = None
     fresh_store: bool = False
-    monitor: MonitorRequest | None = None
 
 
 def read(env: Mapping[str, str] | None = None) -> LaunchEnv:
@@ -83,7 +67,6 @@ def read(env: Mapping[str, str] | None = None) -> LaunchEnv:
         timeout_s=_positive_float(env.get(TIMEOUT)),
         cluster_source=env.get(CLUSTER_SOURCE) or None,
         fresh_store=env.get(FRESH_STORE) == "1",
-        monitor=_monitor(env.get(MONITOR)),
     )
 
 
@@ -93,15 +76,6 @@ def _positive_float(text: str | None) -> float | None:
     except ValueError:
         return None
     return value if value and value > 0 else None
-
-
-def _monitor(text: str | None) -> MonitorRequest | None:
-    if not text:
-        return None
-    steps, _, report_dir = text.partition(":")
-    if not steps.isdigit() or int(steps) < 1:
-        return None
-    return MonitorRequest(int(steps), report_dir or None)
 
 
 def resolve_timeout(argument: float | None, launched: LaunchEnv | None = None) -> float:
@@ -149,8 +123,3 @@ def worker_variables(*, cpu_only: bool, cluster_source: str | None, fresh_store:
     if fresh_store:
         variables[FRESH_STORE] = "1"
     return variables
-
-
-def monitor_variables(request: MonitorRequest) -> dict[str, str]:
-    """The variable ``allgpu doctor --run`` sets for the script it runs (and that script's replicas)."""
-    return {MONITOR: request.encode()}
