@@ -15,6 +15,8 @@ generators can only produce whole batches, so every replica produces each global
 
 from __future__ import annotations
 
+import abc
+
 import itertools
 import warnings
 from typing import Any, Callable, Iterable, Iterator
@@ -66,19 +68,20 @@ def _to_torch(batch: Any) -> Any:
     return tree.map_structure(lambda a: torch.as_tensor(a) if isinstance(a, np.ndarray) else a, batch)
 
 
-class _Source:
+class _Source(abc.ABC):
     """Where global batches come from. ``epoch(e)`` yields ``(global_batch_size, this replica's slice)``."""
 
     num_batches: int | None = None
     global_batch_size: int | None = None
     partial: int = 0
 
+    @abc.abstractmethod
     def epoch(self, epoch: int) -> Iterator[tuple[int, Any]]:
-        raise NotImplementedError
+        """This epoch's ``(global batch size, this replica's slice)`` pairs."""
 
+    @abc.abstractmethod
     def peek(self) -> Any:
         """One per-replica batch (for building the model from its shapes); consumes nothing."""
-        raise NotImplementedError
 
 
 class IndexSource(_Source):

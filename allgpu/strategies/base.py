@@ -133,14 +133,23 @@ class Strategy:
         """
         recorder = ScopeRecorder()
         keras_models = keras_support.ModelRecorder()
-        self._scope_depth += 1
-        try:
-            with torch.device(self.device), recorder, keras_models:
-                yield self
-        finally:
-            self._scope_depth -= 1
+        with self._recording(recorder, keras_models):
+            yield self
         self._mirror(recorder.params, recorder.buffers)
         keras_support.adopt(self, keras_models.models)
+
+    @contextlib.contextmanager
+    def _recording(self, *recorders) -> Iterator[None]:
+        """The body of ``scope()``: tensors born on the replica's device, ``recorders`` active, depth counted."""
+        self._scope_depth += 1
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(torch.device(self.device))
+                for recorder in recorders:
+                    stack.enter_context(recorder)
+                yield
+        finally:
+            self._scope_depth -= 1
 
     def mirror(self, module: torch.nn.Module) -> torch.nn.Module:
         """Mirror a module built outside ``scope()`` (loaded from disk, say): move, broadcast, sync. Returns it.

@@ -133,12 +133,8 @@ class FullyShardedStrategy(MirroredStrategy):
         hold the whole model's parameters once at build time (not its gradients or optimizer state).
         """
         recorder, keras_models = _ModuleRecorder(), keras_support.ModelRecorder()
-        self._scope_depth += 1
-        try:
-            with torch.device(self.device), recorder, keras_models:
-                yield self
-        finally:
-            self._scope_depth -= 1
+        with self._recording(recorder, keras_models):
+            yield self
         if keras_models.models:
             _refuse_keras(keras_models.models[0])
         if self._scope_depth == 0:  # an enclosing scope's recorder saw everything; it shards the whole model
