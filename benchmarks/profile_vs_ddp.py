@@ -1,6 +1,6 @@
 """Where a step's time goes: allgpu MirroredStrategy and hand-written DDP under torch.profiler, side by side.
 
-    python benchmarks/profile_vs_ddp.py [--model mlp_1m|digits_cnn] [--steps 50] [--replicas 2]
+    python benchmarks/profile_vs_ddp.py [--model mlp_1m|digits_cnn] [--steps 50] [--replicas 2] [--compile BACKEND]
 
 Each side runs in its own replicas (allgpu.launch), profiles ``--steps`` steps after a warm-up on replica 0,
 and prints the ops with the most self CPU time, then the two sides' per-step milliseconds next to each other.
@@ -16,7 +16,7 @@ import allgpu
 from allgpu.bench.throughput import MODELS, _batches, _build
 
 
-def _side(kind: str, model_name: str, steps: int):
+def _side(kind: str, model_name: str, steps: int, backend: str | None = None):
     import os
 
     import torch.distributed as dist
@@ -36,6 +36,8 @@ def _side(kind: str, model_name: str, steps: int):
     world = dist.get_world_size()
     batches = _batches(shape, classes, global_batch // world, steps + 10, torch.device("cpu"), int(os.environ["RANK"]))
     loss_fn = nn.CrossEntropyLoss()
+    if backend is not None:  # as users write it: torch.compile(model), DDP: torch.compile(DDP(model))
+        model = torch.compile(model, backend=backend)
 
     def step(x, y):
         loss_fn(model(x), y).backward()
@@ -57,10 +59,11 @@ def main() -> None:
     parser.add_argument("--model", choices=list(MODELS), default="mlp_1m")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--compile", metavar="BACKEND", default=None, help="torch.compile both sides (e.g. inductor)")
     args = parser.parse_args()
     totals = {}
     for kind in ("allgpu", "ddp"):
-        rows, total = allgpu.launch(_side, num_replicas=args.replicas, args=(kind, args.model, args.steps))[0]
+        rows, total = allgpu.launch(_side, num_replicas=args.replicas, args=(kind, args.model, args.steps, args.compile))[0]
         totals[kind] = total
         print(f"\n{kind}: self CPU ms per step by op (replica 0), total {total:.2f} ms")
         for name, ms, calls in rows:

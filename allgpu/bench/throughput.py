@@ -60,6 +60,9 @@ def _timed_loop(model, optimizer, batches, warmup, device, step: bool = True) ->
 
 
 KINDS = ("allgpu", "ddp", "allgpu_oib")  # allgpu_oib: optimizer-in-backward
+# Compiled runs add DDP around a compiled module: torch.compile(DDP(model)), as the PyTorch docs write it, captures
+# no graph in torch 2.13 (Dynamo breaks in DDP.forward, pytorch/pytorch#140416) and so runs eager.
+DDP_INNER = "ddp_inner"
 
 
 def _replica(kind: str, model_name: str, steps: int, warmup: int, device_kind: str,
@@ -93,7 +96,10 @@ def _replica(kind: str, model_name: str, steps: int, warmup: int, device_kind: s
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         world = dist.get_world_size()
         torch.manual_seed(0)
-        model = DDP(_build(builder).to(device), device_ids=[device] if device.type == "cuda" else None)
+        module = _build(builder).to(device)
+        if kind == DDP_INNER:
+            module, backend = torch.compile(module, backend=backend), None
+        model = DDP(module, device_ids=[device] if device.type == "cuda" else None)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     batches = _batches(shape, classes, global_batch // world, warmup + steps, device, seed=dist.get_rank()
                        if dist.is_initialized() else 0)
@@ -106,6 +112,14 @@ def _replica(kind: str, model_name: str, steps: int, warmup: int, device_kind: s
         seconds = float(t)
         dist.destroy_process_group()
     return global_batch * steps / seconds
+
+
+def _replica_graphs(*args) -> tuple[float, int]:
+    """:func:`_replica`, and how many graphs Dynamo captured in this process (0: the compiled side ran eager)."""
+    from torch._dynamo.utils import counters
+
+    rate = _replica(*args)
+    return rate, int(counters["stats"]["unique_graphs"])
 
 
 @dataclass
@@ -121,6 +135,7 @@ class Comparison:
     backend: str | None = None
     oib_samples_per_s: float | None = None
     ratios: dict = field(default_factory=dict)
+    graphs: dict = field(default_factory=dict)  # compiled runs: graphs Dynamo captured per side (replica 0)
 
     @property
     def ratio(self) -> float:
@@ -135,16 +150,23 @@ def compare(model_name: str, *, replicas: int = 2, device: str = "cpu", steps: i
 
     devices = [f"/{'gpu' if device == 'cuda' else 'cpu'}:{i}" for i in range(replicas)]
     kinds = KINDS if optimizer_in_backward else KINDS[:2]
+    if backend is not None:
+        kinds += (DDP_INNER,)
     runs: dict[str, list[float]] = {k: [] for k in kinds}
+    graphs: dict[str, int] = {}
     for _ in range(rounds):
         for kind in kinds:
-            runs[kind].append(allgpu.launch(_replica, devices=devices,
+            runs[kind].append(allgpu.launch(_replica_graphs, devices=devices,
                                             args=(kind, model_name, steps, warmup, device, backend),
                                             start_method="spawn" if device == "cuda" else None)[0])
-    ratios = {k: statistics.median(a / d for a, d in zip(runs[k], runs["ddp"])) for k in kinds if k != "ddp"}
-    oib = statistics.median(runs["allgpu_oib"]) if optimizer_in_backward else None
-    return Comparison(model_name, replicas, device, statistics.median(runs["allgpu"]),
-                      statistics.median(runs["ddp"]), backend, oib, ratios)
+            graphs[kind] = runs[kind][-1][1]
+    rates = {k: [r for r, _ in v] for k, v in runs.items()}
+    ratios = {k: statistics.median(a / d for a, d in zip(rates[k], rates["ddp"])) for k in kinds if k != "ddp"}
+    if backend is not None:
+        ratios["allgpu_vs_ddp_inner"] = statistics.median(a / d for a, d in zip(rates["allgpu"], rates[DDP_INNER]))
+    oib = statistics.median(rates["allgpu_oib"]) if optimizer_in_backward else None
+    return Comparison(model_name, replicas, device, statistics.median(rates["allgpu"]),
+                      statistics.median(rates["ddp"]), backend, oib, ratios, graphs if backend else {})
 
 
 def scaling(model_name: str, *, replicas: int = 2, device: str = "cpu", steps: int = 200, warmup: int = 20) -> dict:
@@ -166,6 +188,12 @@ def format_comparisons(rows: list[Comparison]) -> str:
         oib = f"{r.ratios['allgpu_oib']:>16.3f}" if "allgpu_oib" in r.ratios else f"{'-':>16}"
         lines.append(f"{r.model:<12} {r.replicas:>8} {r.device:>6} {r.backend or 'no':>9} "
                      f"{r.allgpu_samples_per_s:>17.0f} {r.ddp_samples_per_s:>14.0f} {r.ratio:>10.3f} {oib}")
+    for r in rows:
+        if "allgpu_vs_ddp_inner" in r.ratios:
+            lines.append(f"{r.model} compiled: allgpu / DDP(torch.compile(model)) {r.ratios['allgpu_vs_ddp_inner']:.3f}; "
+                         f"graphs Dynamo captured: allgpu {r.graphs.get('allgpu')}, torch.compile(DDP(model)) "
+                         f"{r.graphs.get('ddp')}, DDP(torch.compile(model)) {r.graphs.get(DDP_INNER)}"
+                         + (" (0: that side ran eager)" if r.graphs.get("ddp") == 0 else ""))
     return "\n".join(lines)
 
 
