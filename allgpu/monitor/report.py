@@ -43,7 +43,7 @@ class EpochReport:
         from rich.table import Table
 
         with_memory = any(f.gpu_mem_mib is not None for f in self.replicas)
-        table = Table(title=f"allgpu step monitor, epoch {self.epoch}: time split in % of step", title_justify="left",
+        table = Table(title=f"allgpu step monitor, epoch {self.epoch + 1}: time split in % of step", title_justify="left",
                       box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0), show_edge=False)
         short = {"optimizer": "optim"}
         names = ["rep", "device", "util%", "samples/s", "ms/step", *(short.get(p, p) for p in PHASES)]

@@ -203,13 +203,13 @@ class _EpochEnd:
                                  global_batch_size=self.global_batch_size, strategy=strategy, metrics=self.metrics,
                                  mixed_precision=self.mixed_precision, prefix="val_"))
         history.append(epoch, logs)
-        if report is not None:
+        self.progress.end_epoch("  ".join(f"{k} {v:.4g}" for k, v in logs.items()))
+        if report is not None:  # after the epoch's progress line, which it explains
             history.monitor_reports.append(report)
             if strategy.is_chief and self.verbose:
                 report.print(self.progress.console)
         if self.plan.enabled:
             self.plan.save(epoch + 1, global_step, history)
-        self.progress.end_epoch("  ".join(f"{k} {v:.4g}" for k, v in logs.items()))
         return logs
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.table import Column
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
@@ -32,8 +33,12 @@ class EpochProgress:
         if not self.enabled:
             return
         self._progress = Progress(
-            TextColumn(f"epoch {epoch + 1}/{self.epochs}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=self.console, transient=False,
+            TextColumn(f"epoch {epoch + 1}/{self.epochs}", table_column=Column(no_wrap=True)),
+            BarColumn(bar_width=20), MofNCompleteColumn(table_column=Column(no_wrap=True)),
+            TimeElapsedColumn(table_column=Column(no_wrap=True)),
+            # The metrics wrap rather than squeeze the step count and time into "16…" on an 80-column log.
+            TextColumn("{task.fields[info]}", table_column=Column(overflow="fold")),
+            console=self.console, transient=False,
         )
         self._progress.start()
         self._task = self._progress.add_task("train", total=self.steps, info="")
