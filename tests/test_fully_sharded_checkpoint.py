@@ -114,6 +114,35 @@ def test_mirrored_checkpoint_restores_into_sharded_and_back(ten_steps, tmp_path,
         torch.testing.assert_close(full[key], ten_steps[key], rtol=1e-4, atol=1e-6)
 
 
+def _save_in_background(directory):
+    """Save after 5 steps without blocking, then train on (changing every shard in place) while it writes."""
+    strategy = allgpu.FullyShardedStrategy()
+    torch.manual_seed(1)
+    with strategy.scope():
+        model = TiedNet()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    _steps(strategy, model, optimizer, 0, 5)
+    import threading
+
+    from allgpu.checkpoint import api
+
+    trained, write = threading.Event(), api.sharded.save
+    api.sharded.save = lambda *a, **k: (trained.wait(60), write(*a, **k))  # the write starts after the 3 steps
+    pending = checkpoint.save(directory, model, optimizer, step=5, blocking=False)
+    _steps(strategy, model, optimizer, 5, 3)
+    trained.set()
+    return pending.wait().name, pending.pause_s
+
+
+@pytest.mark.timeout(300)
+def test_a_background_save_of_a_sharded_model_holds_the_state_when_it_was_called(ten_steps, tmp_path):
+    name, pause_s = allgpu.launch(_save_in_background, num_replicas=2, args=(str(tmp_path),))[0]
+    assert name == checkpoint.latest_checkpoint(tmp_path).name and pause_s >= 0
+    full = allgpu.launch(_continued, num_replicas=2, args=("sharded", str(tmp_path)))[0]
+    for key in ten_steps:  # 5 saved + 5 after restore == 10 uninterrupted: the 3 steps during the write are not in it
+        torch.testing.assert_close(full[key], ten_steps[key], rtol=1e-4, atol=1e-6)
+
+
 def _export(directory):
     strategy = allgpu.FullyShardedStrategy()
     torch.manual_seed(1)

@@ -172,9 +172,6 @@ def _run_write(job, directory: Path) -> BaseException | None:
 def _save_sharded(directory, model, optimizer, meta, keep, blocking, started) -> Path | PendingCheckpoint:
     final = directory / store.folder_name(meta["step"])
     if sharded_model.is_fully_sharded(model):
-        if not blocking:
-            raise CheckpointError("save(blocking=False) is not supported for a fully sharded model yet. "
-                                  "Fix: save with blocking=True.")
         model_state, optim_tensors, optim_meta = sharded_model.split(model, optimizer)
     else:
         optim_tensors, optim_meta = sharded.split_optimizer(model, optimizer)

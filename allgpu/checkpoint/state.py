@@ -138,7 +138,17 @@ class StagingBuffers:
         self._buffers: dict[tuple, torch.Tensor] = {}
 
     def copy(self, value: Any, path: tuple = ()) -> Any:
-        """``value`` with every tensor copied into its staging buffer (same structure, CPU tensors)."""
+        """``value`` with every tensor copied into its staging buffer (same structure, CPU tensors).
+
+        A ``DTensor`` (a fully sharded model's parameter or optimizer state) stages only this replica's shard
+        and comes back as a ``DTensor`` over the same mesh and placements whose local tensor is the CPU copy, as
+        ``torch.distributed.checkpoint.async_save`` stages it; DCP then writes each replica's rows from there.
+        """
+        dtensor = _dtensor_type()
+        if dtensor is not None and isinstance(value, dtensor):
+            local = self.copy(value.to_local(), path + ("local",))
+            return dtensor.from_local(local, value.device_mesh, value.placements, run_check=False,
+                                      shape=value.shape, stride=value.stride())
         if isinstance(value, torch.Tensor):
             value = value.detach()
             key = (path, tuple(value.shape), value.dtype, value.layout)
@@ -162,6 +172,14 @@ class StagingBuffers:
 
     def clear(self) -> None:
         self._buffers.clear()
+
+
+def _dtensor_type() -> type | None:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without DTensor
+        return None
+    return DTensor
 
 
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
