@@ -6,16 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 
+from allgpu.cli.arguments import positive_int
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     from allgpu.bench import MODELS
 
     p = subparsers.add_parser("bench", help="throughput: allgpu vs DDP, and 1 vs N replicas", description=__doc__)
     p.add_argument("--model", choices=[*MODELS, "all"], default="all")
-    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--replicas", type=positive_int, default=2)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per run (default 200; 20 with --memory)")
-    p.add_argument("--rounds", type=int, default=5, help="alternating runs per side (median reported)")
+    p.add_argument("--steps", type=positive_int, default=None, help="timed steps per run (default 200; 20 with --memory)")
+    p.add_argument("--rounds", type=positive_int, default=5, help="alternating runs per side (median reported)")
     p.add_argument("--compile", metavar="BACKEND", nargs="?", const="inductor", default=None,
                    help="also compare with both sides compiled (torch.compile backend, default inductor)")
     p.add_argument("--no-optimizer-in-backward", action="store_true",

@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
+from allgpu.cli.arguments import positive_int
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("demo", help="train a CNN on scikit-learn's digits on every device",
                               description=__doc__)
-    p.add_argument("--replicas", type=_positive, default=None,
+    p.add_argument("--replicas", type=positive_int, default=None,
                    help="number of replicas (default: every visible GPU, or 2 CPU replicas without one)")
-    p.add_argument("--epochs", type=_positive, default=12)
-    p.add_argument("--batch-size", type=_positive, default=None,
+    p.add_argument("--epochs", type=positive_int, default=12)
+    p.add_argument("--batch-size", type=positive_int, default=None,
                    help="global batch size (all replicas together; default 64 rounded up to a multiple of the "
                         "replicas)")
     p.add_argument("--report", metavar="PATH",
@@ -22,16 +24,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar, no per-epoch monitor table")
     p.add_argument("--no-monitor", action="store_true", help="do not time the steps")
     return p
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: expected a positive whole number")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from allgpu.cli.arguments import positive_int, positive_seconds
 from allgpu.doctor import EnvironmentReading, ReadingFormatError, diagnose, exit_code, read_environment
 from allgpu.doctor.report import render, to_json
 
@@ -45,12 +46,12 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "('-' reads stdin): devices registered and used, and causes with evidence")
     parser.add_argument("--no-frameworks", action="store_true",
                         help="do not read TensorFlow/JAX/Keras installs (each is imported in a child process)")
-    parser.add_argument("--framework-timeout", type=float, default=120.0, metavar="S",
+    parser.add_argument("--framework-timeout", type=positive_seconds, default=120.0, metavar="S",
                         help="seconds the child process reading TensorFlow/JAX/Keras may take; a framework "
                              "still importing then is reported as hung (default 120)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+    parser.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
                         help="with --run of a non-allgpu script: stop it after S seconds (default: no limit)")
-    parser.add_argument("--steps", type=int, default=50, help="with --run: steps to monitor (default 50)")
+    parser.add_argument("--steps", type=positive_int, default=50, help="with --run: steps to monitor (default 50)")
     parser.add_argument("--report", metavar="DIR", help="with --run: write monitor.json and monitor.png (allgpu "
                         "scripts) or run.log and verdict.json (other scripts) here")
     parser.add_argument("--run", nargs=argparse.REMAINDER, metavar="SCRIPT ARGS",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from allgpu.cli.arguments import non_negative_int, positive_int
 from allgpu.errors import AllGpuError
 
 _EPILOG = """\
@@ -33,17 +34,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--nproc-per-node", default="auto", metavar="auto|K",
         help="replicas per machine; auto = one per visible GPU (default auto)",
     )
-    p.add_argument("--cpu-replicas", type=int, metavar="K", help="run K replicas per machine on the CPU (Gloo)")
+    p.add_argument("--cpu-replicas", type=positive_int, metavar="K", help="run K replicas per machine on the CPU (Gloo)")
     p.add_argument(
         "--rdzv-endpoint", metavar="HOST:PORT",
         help="rendezvous address every machine can reach (default 127.0.0.1 on a free port, one machine only)",
     )
     p.add_argument("--rdzv-id", metavar="ID", help="job id, the same on every machine of one job")
     p.add_argument(
-        "--node-rank", type=int, metavar="R",
+        "--node-rank", type=non_negative_int, metavar="R",
         help="this machine's fixed rank (static rendezvous; node 0 hosts the store at --rdzv-endpoint)",
     )
-    p.add_argument("--max-restarts", type=int, default=0, metavar="R", help="restart the job up to R times (default 0)")
+    p.add_argument("--max-restarts", type=non_negative_int, default=0, metavar="R", help="restart the job up to R times (default 0)")
     p.add_argument(
         "--monitor-interval", type=float, default=0.1, metavar="S", help="seconds between replica health checks"
     )

@@ -233,7 +233,7 @@ def plan(
     """
     env = os.environ if env is None else env
     if not os.path.isfile(script):
-        raise ScriptNotFoundError(f"allgpu run: script {script!r} not found (cwd {os.getcwd()}).")
+        raise ScriptNotFoundError(f"script {script!r} not found (cwd {os.getcwd()}).")
     cluster_source = None
     if tf_config:
         nnodes, node_rank, rdzv_endpoint = _from_tf_config(env, nnodes, node_rank, rdzv_endpoint)
