@@ -38,6 +38,7 @@ _EXPORTS = {
     "Callback": "allgpu.train",
     "Placement": "allgpu.runtime.placement",
     "compute_average_loss": "allgpu.losses",
+    "ReduceOp": "allgpu.reduce_op",
 }
 
 # Modules that moved in the 0.2 reshape, still importable under their old names (``import allgpu.tf_config``).

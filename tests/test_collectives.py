@@ -17,6 +17,7 @@ def _values():
     ragged = torch.arange(r + 1, dtype=torch.float32) + 10 * r  # replica r holds r + 1 values
     return {
         "sum": strategy.reduce("sum", value).tolist(),
+        "sum_enum": strategy.reduce(allgpu.ReduceOp.SUM, value).tolist(),  # tf.distribute.ReduceOp.SUM spelling
         "mean": strategy.reduce("mean", value).tolist(),
         "max": strategy.reduce("max", value).tolist(),
         "min": strategy.reduce("MIN", value).tolist(),
@@ -33,7 +34,7 @@ def _values():
 def test_reduce_and_gather_values_on_three_replicas():
     results = allgpu.launch(_values, num_replicas=3)
     for rank, got in enumerate(results):
-        assert got["sum"] == [6.0, 60.0]
+        assert got["sum"] == got["sum_enum"] == [6.0, 60.0]
         assert got["mean"] == [2.0, 20.0]
         assert got["max"] == [3.0, 30.0]
         assert got["min"] == [1.0, 10.0]

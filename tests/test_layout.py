@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "allgpu"
 # Each top-level room's layer: a module may import from its own layer and lower ones only (and no cycle, checked
 # below). ``allgpu`` itself (the lazy package root, for ``allgpu.__version__``) may be imported from anywhere.
 LAYERS = {
-    "errors": 0, "findings": 0, "devices": 0, "advice": 0, "live": 0,
+    "errors": 0, "findings": 0, "devices": 0, "advice": 0, "live": 0, "reduce_op": 0,
     "runtime": 1,
     "ledger": 2, "replica_group": 2, "sync": 2, "mirror": 2, "data": 2, "data_rng": 2, "accumulate": 2,
     "compiling": 2, "optim_backward": 2,
