@@ -196,6 +196,31 @@ def as_map_dataset(data):
     return data
 
 
+def batched_loader_settings(dataset, global_batch_size: int | None, options: dict) -> tuple[int, dict]:
+    """``(global_batch_size, options)`` for ``distribute_dataset``, taking what a batching ``DataLoader`` says.
+
+    A ``DataLoader`` passed without ``global_batch_size`` is read as ``tf.distribute`` reads a batched
+    ``tf.data`` dataset: its ``batch_size`` is the global batch, and its shuffling (a ``RandomSampler``),
+    ``drop_last``, ``collate_fn`` and ``num_workers`` carry over unless given in ``options`` (None there means
+    "not given"). Raises ArgumentError when there is no global batch size to use.
+    """
+    from torch.utils.data import RandomSampler, default_collate
+
+    loader = dataset if isinstance(dataset, DataLoader) else None
+    if global_batch_size is None:
+        if loader is None or loader.batch_size is None:
+            raise ArgumentError("distribute_dataset needs global_batch_size= (the batch of all replicas together), "
+                                "unless the dataset is a DataLoader with a batch_size, which is then the global batch "
+                                "(as for a batched tf.data dataset).")
+        global_batch_size = loader.batch_size
+        taken = {"shuffle": isinstance(loader.sampler, RandomSampler), "drop_remainder": loader.drop_last,
+                 "num_workers": loader.num_workers,
+                 "collate_fn": None if loader.collate_fn is default_collate else loader.collate_fn}
+        options = {k: taken.get(k) if v is None else v for k, v in options.items()}
+    defaults = {"shuffle": True, "drop_remainder": True, "num_workers": "auto"}
+    return global_batch_size, {k: defaults.get(k) if v is None else v for k, v in options.items()}
+
+
 class EpochCounter:
     """Epochs already drawn per dataset key, kept by the strategy so a new dataset object does not restart at 0."""
 

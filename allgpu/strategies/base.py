@@ -15,13 +15,14 @@ import contextlib
 from typing import Any, Callable, Iterator
 
 import torch
+from torch.utils.data import DataLoader
 
 from allgpu.errors import ArgumentError, ArgumentTypeError
 from allgpu import live
 from allgpu.accumulate import Accumulation
 from allgpu import keras as keras_support
 from allgpu.compiling import CompileOverlap, compile_model
-from allgpu.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput
+from allgpu.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput, batched_loader_settings
 from allgpu.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
 from allgpu.replica_group import REDUCE_OPS, ReplicaGroup
 from allgpu.sync import COMPRESSIONS, GradientSync
@@ -315,8 +316,8 @@ class Strategy:
             self._sync.enabled = previous
 
     # -- input -------------------------------------------------------------------------------------------------
-    def distribute_dataset(self, dataset, global_batch_size: int, *, shuffle: bool = True, seed: int = 0,
-                           num_workers: int | str = "auto", drop_remainder: bool = True,
+    def distribute_dataset(self, dataset, global_batch_size: int | None = None, *, shuffle: bool | None = None,
+                           seed: int = 0, num_workers: int | str | None = None, drop_remainder: bool | None = None,
                            collate_fn: Callable | None = None) -> DistributedDataset:
         """Each replica gets disjoint ``global_batch_size / num_replicas_in_sync``-example batches every step.
 
@@ -326,15 +327,22 @@ class Strategy:
         ``__getitem__`` is seeded per (seed, epoch, example index) (see :mod:`allgpu.data_rng`).
         See :class:`allgpu.data.DistributedDataset`. Raises ValueError when the global batch does not divide
         evenly, TypeError for an iterable-style dataset. Local: each replica computes its own shard from the
-        common seed, with no communication.
+        common seed, with no communication. Defaults: ``shuffle=True``, ``drop_remainder=True``,
+        ``num_workers="auto"``; a ``DataLoader`` given without ``global_batch_size`` is read as a batched
+        ``tf.data`` dataset: its ``batch_size`` is the global batch and its shuffling, ``drop_last``,
+        ``collate_fn`` and ``num_workers`` are kept (:func:`allgpu.data.batched_loader_settings`).
         """
-        return DistributedDataset(dataset, global_batch_size=global_batch_size, num_replicas=self.num_replicas_in_sync,
-                                  rank=self.replica_id_in_sync, device=self.device, shuffle=shuffle, seed=seed,
-                                  num_workers=num_workers, drop_remainder=drop_remainder,
-                                  local_replicas=self._local_replicas(), collate_fn=collate_fn,
-                                  epochs=self._data_epochs)
+        from_loader = global_batch_size is None and isinstance(dataset, DataLoader)
+        global_batch_size, options = batched_loader_settings(
+            dataset, global_batch_size, {"shuffle": shuffle, "num_workers": num_workers,
+                                         "drop_remainder": drop_remainder, "collate_fn": collate_fn})
+        return DistributedDataset(dataset.dataset if from_loader else dataset, global_batch_size=global_batch_size,
+                                  num_replicas=self.num_replicas_in_sync, rank=self.replica_id_in_sync,
+                                  device=self.device, seed=seed, local_replicas=self._local_replicas(),
+                                  epochs=self._data_epochs, **options)
 
-    def experimental_distribute_dataset(self, dataset, global_batch_size: int, **kwargs) -> DistributedDataset:
+    def experimental_distribute_dataset(self, dataset, global_batch_size: int | None = None,
+                                        **kwargs) -> DistributedDataset:
         """Alias of :meth:`distribute_dataset`, under ``tf.distribute``'s name."""
         return self.distribute_dataset(dataset, global_batch_size, **kwargs)
 
