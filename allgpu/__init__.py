@@ -39,6 +39,7 @@ _EXPORTS = {
     "Placement": "allgpu.runtime.placement",
     "compute_average_loss": "allgpu.losses",
     "ReduceOp": "allgpu.reduce_op",
+    "TFConfigClusterResolver": "allgpu.runtime.cluster_resolver",
 }
 
 # Modules that moved in the 0.2 reshape, still importable under their old names (``import allgpu.tf_config``).
@@ -51,6 +52,8 @@ _MOVED = {
     "allgpu.progress": "allgpu.train.progress",
     "allgpu.metrics": "allgpu.train.metrics",
     "allgpu.resume": "allgpu.train.checkpoint_plan",
+    # tf.distribute.cluster_resolver's spelling: allgpu.cluster_resolver.TFConfigClusterResolver()
+    "allgpu.cluster_resolver": "allgpu.runtime.cluster_resolver",
 }
 
 
@@ -72,7 +75,7 @@ if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
 
 # Submodules reachable as attributes after a bare ``import allgpu`` (``allgpu.checkpoint.save(...)``).
 _SUBMODULES = ("checkpoint", "monitor", "doctor", "lint", "data", "devices", "strategies", "train", "errors",
-               "runtime", "cluster", "tf_config", "elastic", "bench", "demo")
+               "runtime", "cluster", "tf_config", "elastic", "bench", "demo", "cluster_resolver")
 
 __all__ = sorted([*_EXPORTS, "launch"])
 

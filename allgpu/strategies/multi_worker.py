@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from allgpu.errors import ArgumentError
 from allgpu.runtime.cluster import from_tf_config_env, from_torchrun_env
+from allgpu.runtime.cluster_resolver import TFConfigClusterResolver
 from allgpu.strategies.mirrored import MirroredStrategy
 
 
@@ -21,7 +22,9 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
     """Replicas on several machines, parameters mirrored, gradients all-reduced during backward.
 
     Args:
-        cluster_resolver: accepted for TensorFlow compatibility; only None (read the environment) is supported.
+        cluster_resolver: None (read ``TF_CONFIG`` or the launcher's environment) or an
+            :class:`allgpu.cluster_resolver.TFConfigClusterResolver`, as TensorFlow takes one; a launcher's
+            environment (``allgpu run``, torchrun) wins over both.
         devices / num_replicas: this worker's devices, as for :class:`MirroredStrategy`
             (default: every visible GPU, one CPU replica without one). Every worker must run as many.
         fallback: default ``"error"``: a multi-machine job that silently shrinks to one device is worse than
@@ -36,10 +39,16 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
     def __init__(self, cluster_resolver=None, *, devices=None, num_replicas: int | None = None,
                  fallback: str = "error", timeout: float | None = None, backend: str | None = None,
                  bucket_cap_mb: float = 25.0, gradient_compression: str | None = None):
-        if cluster_resolver is not None:
-            raise ArgumentError("cluster_resolver is not supported; describe the cluster with TF_CONFIG or start the "
-                             "job with `allgpu run --nnodes N`.")
-        self._tf_config = None if from_torchrun_env() is not None else from_tf_config_env()
+        if cluster_resolver is not None and not isinstance(cluster_resolver, TFConfigClusterResolver):
+            raise ArgumentError(f"cluster_resolver={type(cluster_resolver).__name__}(...) is not supported; pass "
+                                "allgpu.cluster_resolver.TFConfigClusterResolver() (TF_CONFIG), or None to read "
+                                "TF_CONFIG or the `allgpu run --nnodes N` / torchrun environment.")
+        if from_torchrun_env() is not None:
+            self._tf_config = None
+        elif cluster_resolver is not None:
+            self._tf_config = cluster_resolver.tf_config
+        else:
+            self._tf_config = from_tf_config_env()
         super().__init__(devices, num_replicas=num_replicas, fallback=fallback, timeout=timeout, backend=backend,
                          bucket_cap_mb=bucket_cap_mb, gradient_compression=gradient_compression)
 
