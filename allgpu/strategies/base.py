@@ -25,10 +25,11 @@ from allgpu.compiling import CompileOverlap, compile_model
 from allgpu.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput, batched_loader_settings
 from allgpu.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
 from allgpu.replica_group import REDUCE_OPS, ReplicaGroup
+from allgpu.strategies.tf_names import TFNames
 from allgpu.sync import COMPRESSIONS, GradientSync
 
 
-class Strategy:
+class Strategy(TFNames):
     """Where parameters live and how they are kept in sync.
 
     Subclass constructors validate their own arguments, obtain a :class:`~allgpu.runtime.placement.Placement`
@@ -340,11 +341,6 @@ class Strategy:
                                   num_replicas=self.num_replicas_in_sync, rank=self.replica_id_in_sync,
                                   device=self.device, seed=seed, local_replicas=self._local_replicas(),
                                   epochs=self._data_epochs, **options)
-
-    def experimental_distribute_dataset(self, dataset, global_batch_size: int | None = None,
-                                        **kwargs) -> DistributedDataset:
-        """Alias of :meth:`distribute_dataset`, under ``tf.distribute``'s name."""
-        return self.distribute_dataset(dataset, global_batch_size, **kwargs)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any]) -> PerReplicaInput:
         """Call ``dataset_fn(input_context)`` on each replica; its iterable of per-replica batches is fed to the device.

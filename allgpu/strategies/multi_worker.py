@@ -43,6 +43,7 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
             raise ArgumentError(f"cluster_resolver={type(cluster_resolver).__name__}(...) is not supported; pass "
                                 "allgpu.cluster_resolver.TFConfigClusterResolver() (TF_CONFIG), or None to read "
                                 "TF_CONFIG or the `allgpu run --nnodes N` / torchrun environment.")
+        self._cluster_resolver = cluster_resolver
         if from_torchrun_env() is not None:
             self._tf_config = None
         elif cluster_resolver is not None:
@@ -56,6 +57,11 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
         if self._tf_config is None:
             return None
         return lambda local_replicas: self._tf_config.to_cluster_spec(local_replicas, 0)
+
+    @property
+    def cluster_resolver(self) -> TFConfigClusterResolver | None:
+        """The resolver this strategy was given (``tf.distribute.MultiWorkerMirroredStrategy.cluster_resolver``)."""
+        return self._cluster_resolver
 
     @property
     def worker_index(self) -> int:
