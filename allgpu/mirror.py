@@ -21,7 +21,7 @@ from torch.nn.modules import module as nn_module
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._pytree import tree_leaves
 
-from allgpu.errors import NotMirroredError
+from allgpu.errors import NotMirroredError, UnsupportedError
 from allgpu.replica_group import ReplicaGroup
 
 
@@ -129,6 +129,8 @@ class MirrorCheck:
             return
         if not any(isinstance(a, torch.Tensor) for a in tree_leaves(args)):
             return  # a symbolic call (Keras building a functional model from KerasTensors), not training
+        if isinstance(module, _DATA_PARALLEL) and any(self.is_mirrored(p) for p in module.parameters()):
+            raise UnsupportedError(_wrapped_message(module))
         for name, param in module.named_parameters():
             if param.requires_grad and not self.is_mirrored(param):
                 raise NotMirroredError(self._message(*_unwrap_compiled(module, name), param))
@@ -172,3 +174,19 @@ def _unwrap_compiled(module: torch.nn.Module, name: str) -> tuple[torch.nn.Modul
     if isinstance(inner, torch.nn.Module) and name.startswith("_orig_mod."):
         return inner, name[len("_orig_mod."):]
     return module, name
+
+
+_DATA_PARALLEL = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+
+
+def _wrapped_message(module: torch.nn.Module) -> str:
+    kind = type(module).__name__
+    if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+        why = ("allgpu already averages its gradients across replicas during backward, so DDP would all-reduce them "
+               "a second time (twice the traffic for the same result)")
+    else:
+        why = ("allgpu already runs one replica process per device, and DataParallel would copy the model to every "
+               "visible GPU again inside each of them")
+    return (f"{kind} wraps a model built in strategy.scope(): {why}. Fix: train the model itself; drop the "
+            f"{kind}(...) wrapper (the strategy does what it did).")
+

@@ -14,7 +14,7 @@ from torch.utils.data import Dataset, IterableDataset, TensorDataset
 import allgpu
 from allgpu import checkpoint
 from allgpu.errors import (AllGpuError, CheckpointError, ClusterConfigError, DatasetTypeError, DeviceError,
-                           InputError, NotMirroredError, StrategyStartError)
+                           InputError, NotMirroredError, StrategyStartError, UnsupportedError)
 from tests.harness import run_cli
 
 pytestmark = pytest.mark.timeout(30)
@@ -100,6 +100,37 @@ def test_model_outside_scope_and_a_parameter_added_after_scope():
             model(torch.zeros(1, 2))
     finally:
         strategy.close()
+
+
+def test_data_parallel_around_a_mirrored_model_is_refused_naming_the_wrapper():
+    strategy = allgpu.MirroredStrategy(num_replicas=1)
+    try:
+        with strategy.scope():
+            model = torch.nn.Linear(2, 2)
+        with pytest.raises(UnsupportedError, match=r"DataParallel wraps a model built in strategy.scope.*drop the"):
+            torch.nn.DataParallel(model)(torch.zeros(1, 2))
+        model(torch.zeros(1, 2))  # the model itself still trains
+    finally:
+        strategy.close()
+
+
+def _ddp_around_mirrored():
+    strategy = allgpu.MirroredStrategy()
+    with strategy.scope():
+        model = torch.nn.Linear(2, 2)
+    try:
+        torch.nn.parallel.DistributedDataParallel(model)(torch.zeros(1, 2))
+    except UnsupportedError as exc:
+        return str(exc)
+    return "no error"
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(60)
+def test_ddp_around_a_mirrored_model_is_refused_instead_of_all_reducing_twice():
+    for message in allgpu.launch(_ddp_around_mirrored, num_replicas=2):
+        assert "DistributedDataParallel wraps a model built in strategy.scope()" in message
+        assert "a second time" in message
 
 
 def test_two_strategies_with_different_counts():
