@@ -102,6 +102,22 @@ def test_model_outside_scope_and_a_parameter_added_after_scope():
         strategy.close()
 
 
+def test_a_default_strategy_that_finds_no_gpu_says_why_and_how_to_get_cpu_replicas(recwarn):
+    strategy = allgpu.MirroredStrategy()  # this machine has no GPU (a CPU build of torch)
+    try:
+        [warning] = [w for w in recwarn if "found no GPU" in str(w.message)]
+        text = str(warning.message)
+        from allgpu.devices import why_no_gpu  # the tests hide GPUs: CUDA_VISIBLE_DEVICES="" (tests/conftest.py)
+
+        assert "one replica on /cpu:0" in text and why_no_gpu() in text and "devices=['/cpu:0', '/cpu:1']" in text
+        assert warning.filename == __file__  # points at the user's line
+    finally:
+        strategy.close()
+    recwarn.clear()
+    allgpu.MirroredStrategy(devices=["/cpu:0"]).close()  # asked for: nothing to explain
+    assert not [w for w in recwarn if "found no GPU" in str(w.message)]
+
+
 def test_data_parallel_around_a_mirrored_model_is_refused_naming_the_wrapper():
     strategy = allgpu.MirroredStrategy(num_replicas=1)
     try:

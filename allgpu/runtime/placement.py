@@ -113,6 +113,11 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
         return Placement(dist.get_rank(), dist.get_world_size(), local_rank, dist.get_world_size(),
                          launched_device(local_rank, launched), timeout_s, source="user")
     device_list = resolve_replica_devices(num_replicas, devices)
+    if devices is None and num_replicas is None and not device_list[0].is_cuda and cluster is None:
+        # tf.distribute logs the devices it took; a silent one-replica run on the CPU is the case to say why.
+        warnings.warn(f"{name}() found no GPU, so it runs one replica on /cpu:0: {why_no_gpu()} For replicas on CPU "
+                      "cores pass devices=['/cpu:0', '/cpu:1'] (or num_replicas=2); `allgpu doctor` explains the GPUs.",
+                      RuntimeWarning, stacklevel=3)
     check_second(name, len(device_list), joins_group=False)
     first = cluster(len(device_list)) if cluster is not None else None
     return _start(name, device_list, timeout_s, backend, fallback, first)
