@@ -33,6 +33,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from allgpu import keras as keras_support
 from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError, UnsupportedError
 from allgpu.mirror import ScopeRecorder, mirror_tensors
+from allgpu.runtime.cluster import tf_config_cluster
 from allgpu.strategies.mirrored import MirroredStrategy
 from allgpu.strategies.sharded_sync import ShardedGradientSync
 from allgpu.strategies.sharding_plan import describe, plan_units, validate_shard_modules
@@ -117,6 +118,10 @@ class FullyShardedStrategy(MirroredStrategy):
         self._sync = ShardedGradientSync(self._group)
         self._sharded: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
         self.plans: dict[str, str] = {}  # root class name -> plan in words (for logs and tests)
+
+    def _cluster(self):
+        """Multi-worker like ``MultiWorkerMirroredStrategy``: a launch-free start takes its place from ``TF_CONFIG``."""
+        return tf_config_cluster()
 
     @property
     def gradient_sync(self) -> ShardedGradientSync:

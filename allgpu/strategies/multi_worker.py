@@ -13,7 +13,7 @@ Who is in the job comes from, in order:
 from __future__ import annotations
 
 from allgpu.errors import ArgumentError
-from allgpu.runtime.cluster import from_tf_config_env, from_torchrun_env
+from allgpu.runtime.cluster import from_tf_config_env, from_torchrun_env, tf_config_cluster
 from allgpu.runtime.cluster_resolver import TFConfigClusterResolver
 from allgpu.strategies.mirrored import MirroredStrategy
 
@@ -54,9 +54,7 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
                          bucket_cap_mb=bucket_cap_mb, gradient_compression=gradient_compression)
 
     def _cluster(self):
-        if self._tf_config is None:
-            return None
-        return lambda local_replicas: self._tf_config.to_cluster_spec(local_replicas, 0)
+        return None if self._tf_config is None else tf_config_cluster(self._tf_config)
 
     @property
     def cluster_resolver(self) -> TFConfigClusterResolver | None:
