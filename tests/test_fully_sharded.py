@@ -224,7 +224,7 @@ def test_memory_advice_suggests_sharding_only_when_it_helps():
     assert state_bytes(model, adam, replicas=4, sharded=True) == 1_001_000 * 4
     assert advice(model, adam, device_bytes=100 * 2**20, replicas=4) is None  # fits mirrored
     text = advice(model, adam, device_bytes=10 * 2**20, replicas=4)
-    assert "FullyShardedStrategy()" in text and "15.3" not in text and "4 devices" in text
+    assert "FullyShardedStrategy()" in text and "need 15.27 MiB per replica" in text and "4 replicas (3.82 MiB each)" in text
     text = advice(model, adam, device_bytes=10 * 2**20, replicas=1)
     assert "offload_to_cpu=True" in text and "at least 2 devices" in text
 
