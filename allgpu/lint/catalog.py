@@ -168,6 +168,28 @@ _R = [
          "every gradient num_replicas_in_sync times too small, which divides the learning rate by N.\n"
          "Fix:\n    loss = allgpu.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)\n"
          "or the mean over the replica's batch: `loss = loss_fn(model(x), y)` with reduction='mean'."),
+    Rule("AG003", "warning", "allgpu-model-too-large-to-mirror",
+         "model too large to mirror: parameters, gradients and optimizer state exceed an 80 GiB GPU",
+         "MirroredStrategy (and OneDevice, MultiWorkerMirrored, CentralStorage) keeps a whole copy of the\n"
+         "parameters, their gradients and the optimizer state on every device: per float32 parameter 4 bytes\n"
+         "each, Adam adding two moments (16 bytes a parameter). The rule reads the model's size from the source:\n"
+         "a checkpoint name that states it (`from_pretrained(\"meta-llama/Llama-2-7b-hf\")`: 7B; a literal, a\n"
+         "module constant or an argparse default), or nn.Linear / nn.Embedding / nn.Conv sizes spelled out\n"
+         "(int literals, module constants, __init__ defaults and arguments, config-class fields, repeated with\n"
+         "range(N)), through the script's own nn.Module classes. It counts what it can read (a lower bound),\n"
+         "the dtype (16-bit with torch_dtype=torch.bfloat16/float16/'auto' or a .half()/.bfloat16() in the\n"
+         "file, else float32) and the optimizer the file builds (none seen: none counted; an allgpu.fit script\n"
+         "without one is judged on parameters and gradients), and reports when that exceeds 90% of an 80 GiB\n"
+         "GPU (A100/H100 80GB, the largest common one), the rest being left for activations: such a model fits\n"
+         "no common GPU mirrored. Not reported when parameters are frozen (requires_grad), adapters (peft) or\n"
+         "quantisation / device_map are used, or the script already builds FullyShardedStrategy.\n"
+         "Fix: shard parameters, gradients and optimizer state across the replicas (ZeRO-3, FSDP2):\n"
+         "    strategy = allgpu.FullyShardedStrategy()     # the same API as MirroredStrategy\n"
+         "    with strategy.scope():\n        model = AutoModelForCausalLM.from_pretrained(NAME)\n"
+         "        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)\n"
+         "Each replica then holds 1/N; the message says how many 80 GiB GPUs that takes. On your own devices,\n"
+         "`allgpu doctor --run train.py` (or `--device-memory 24GiB` to plan for other GPUs) and the step\n"
+         "monitor report the same arithmetic from the real model (finding `needs-sharding`)."),
 ]
 
 RULES: dict[str, Rule] = {r.id: r for r in _R}
