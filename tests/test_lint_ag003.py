@@ -177,3 +177,19 @@ def test_the_static_count_equals_torch_s(tmp_path):
     real = sum(p.numel() for p in namespace["model"].parameters())
     assert ParamCounter(mod).params(mod.assigns["model"][0]) == real
     assert isinstance(namespace["model"], torch.nn.Module)
+
+
+@pytest.mark.parametrize("handler,fires", [
+    ("except torch.cuda.OutOfMemoryError:\n        batch //= 2", True),
+    ("except (ValueError, torch.OutOfMemoryError):\n        batch //= 2", True),
+    ("except RuntimeError as e:\n        if 'out of memory' in str(e):\n            batch //= 2", True),
+    ("except RuntimeError as e:\n        print('failed', e)", False),
+    ("except KeyboardInterrupt:\n        pass", False),
+])
+def test_ag004_an_oom_handler_under_mirrored(handler, fires):
+    src = HEAD + "batch = 64\nwhile True:\n    try:\n        allgpu.fit(model, opt, loss, data, epochs=1, " \
+        "global_batch_size=batch, strategy=strategy)\n        break\n    " + handler + "\n"
+    found = [f for f in check_source(src) if f.rule_id == "AG004"]
+    assert [f.severity for f in found] == (["info"] if fires else [])
+    sharded = src.replace("MirroredStrategy", "FullyShardedStrategy")
+    assert not [f for f in check_source(sharded) if f.rule_id == "AG004"]

@@ -190,6 +190,21 @@ _R = [
          "Each replica then holds 1/N; the message says how many 80 GiB GPUs that takes. On your own devices,\n"
          "`allgpu doctor --run train.py` (or `--device-memory 24GiB` to plan for other GPUs) and the step\n"
          "monitor report the same arithmetic from the real model (finding `needs-sharding`)."),
+    Rule("AG004", "info", "allgpu-oom-handled-while-mirrored",
+         "out-of-memory errors caught under a mirroring strategy: sharding may free the memory instead",
+         "The script catches torch.cuda.OutOfMemoryError (or a RuntimeError it tests for 'out of memory'),\n"
+         "typically to lower the batch size and retry, while MirroredStrategy (or OneDevice, MultiWorkerMirrored,\n"
+         "CentralStorage) keeps a whole copy of parameters, gradients and optimizer state on every device\n"
+         "(16 bytes a float32 parameter under Adam). When that state takes much of the device, a smaller batch\n"
+         "only trades speed for it; sharding frees (N-1)/N of it on each of N replicas.\n"
+         "Find out which it is: `allgpu doctor --run train.py` (finding `needs-sharding` when the state does not\n"
+         "fit with room for activations; `--device-memory 24GiB` plans for another GPU).\n"
+         "Fix, when the state is the problem:\n"
+         "    strategy = allgpu.FullyShardedStrategy()     # the same API as MirroredStrategy\n"
+         "When activations are (long sequences, large batches): keep the global batch and split it,\n"
+         "    allgpu.fit(..., accumulation_steps=4)        # or strategy.accumulate(4)\n"
+         "or recompute them in backward (torch.utils.checkpoint). Not reported when the script already builds\n"
+         "FullyShardedStrategy. Info only: an OOM handler alone does not say what fills the device."),
 ]
 
 RULES: dict[str, Rule] = {r.id: r for r in _R}

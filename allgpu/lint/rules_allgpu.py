@@ -1,6 +1,6 @@
 """allgpu rules: AG001 a model built outside ``strategy.scope()``; AG002 a loss divided by the global batch by
 hand; AG003 a model too large to mirror (parameters, gradients and optimizer state over an 80 GiB GPU) under a
-strategy that keeps a full copy per replica."""
+strategy that keeps a full copy per replica; AG004 out-of-memory errors caught under such a strategy."""
 
 from __future__ import annotations
 
@@ -194,3 +194,30 @@ def check_ag003(ctx) -> None:
                             f"{human_bytes(fit.mirrored_bytes)} on every replica under {fit.strategy}, more than "
                             f"fits an 80 GiB GPU; use allgpu.FullyShardedStrategy() (at least "
                             f"{fit.devices_needed} such GPUs) to shard it across the replicas")
+
+
+_OOM = ("torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError")
+
+
+def _catches_oom(mod, handler: ast.ExceptHandler) -> bool:
+    """``except torch.cuda.OutOfMemoryError`` (or in a tuple), or ``except RuntimeError as e`` whose body tests
+    for ``"out of memory"`` (the spelling before torch 1.13)."""
+    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    if any(mod.qualname(t) in _OOM for t in types if t is not None):
+        return True
+    if not any(isinstance(t, ast.Name) and t.id == "RuntimeError" for t in types):
+        return False
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and "out of memory" in n.value.lower()
+               for stmt in handler.body for n in ast.walk(stmt))
+
+
+def check_ag004(ctx) -> None:
+    """Out-of-memory errors caught and handled in a script that mirrors the model: say what sharding would free."""
+    mod, facts = ctx.mod, ctx.facts
+    kinds = {kind for _, fw, kind in facts.strategy_calls if fw == "allgpu"}
+    if not kinds & set(_MIRRORING) or kinds & set(_SHARDING):
+        return
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.ExceptHandler) and node.type is not None and _catches_oom(mod, node):
+            ctx.emit("AG004", node)
+            return
