@@ -304,8 +304,11 @@ def memory_finding(fit: MemoryFit, replica: int | None = None) -> Finding | None
 
     Severity ``"error"`` when the state exceeds the whole device (training cannot run mirrored), ``"warning"``
     when it fits the device but not its :data:`MEMORY_HEADROOM` (activations will not). The fix names
-    ``allgpu.FullyShardedStrategy()`` when the sharded share fits, else the devices needed or CPU offload.
+    ``allgpu.FullyShardedStrategy()`` when the sharded share fits, else the devices needed or CPU offload. With
+    ``fit.strategy == "FullyShardedStrategy"`` (already sharded, not offloaded) the share is judged instead.
     """
+    if fit.strategy == "FullyShardedStrategy":
+        return _sharded_finding(fit, replica)
     if fit.fits_mirrored:
         return None
     over = fit.mirrored_bytes > fit.device_bytes
@@ -325,3 +328,22 @@ def memory_finding(fit: MemoryFit, replica: int | None = None) -> Finding | None
                 f"device memory: {fit.device_bytes} bytes" + (f" ({fit.capacity_source})" if fit.capacity_source
                                                                else ""))
     return Finding(MEMORY_FINDING, "error" if over else "warning", message, fix, replica=replica, evidence=evidence)
+
+
+def _sharded_finding(fit: MemoryFit, replica: int | None) -> Finding | None:
+    """Under FullyShardedStrategy: a finding when even each replica's 1/N share exceeds the budget."""
+    if fit.fits_sharded:
+        return None
+    over = fit.sharded_bytes > fit.device_bytes
+    message = (f"FullyShardedStrategy holds 1/{fit.replicas} of the training state on each replica: {fit.params:,} "
+               f"parameters ({human_bytes(fit.param_bytes)}), their gradients and optimizer state come to "
+               f"{human_bytes(fit.sharded_bytes)} per replica, " + (
+                   f"more than one device's {human_bytes(fit.device_bytes)}." if over else
+                   f"over {MEMORY_HEADROOM:.0%} of one device's {human_bytes(fit.device_bytes)}, leaving too little "
+                   "for activations."))
+    evidence = (f"parameters: {fit.params} elements, {fit.param_bytes} bytes ({fit.trainable_bytes} trainable)",
+                f"per replica fully sharded across {fit.replicas}: {fit.sharded_bytes} bytes",
+                f"device memory: {fit.device_bytes} bytes" + (f" ({fit.capacity_source})" if fit.capacity_source
+                                                               else ""))
+    return Finding(MEMORY_FINDING, "error" if over else "warning", message,
+                   MORE_DEVICES_FIX.format(needed=fit.devices_needed), replica=replica, evidence=evidence)

@@ -101,10 +101,23 @@ def test_the_reading_edge_and_the_strategies_it_applies_to(monkeypatch):
     assert given._memory_fit()["device_bytes"] == 10 ** 9  # an explicit size wins over the reading
     sharded = StepMonitor(_Strategy("FullyShardedStrategy", forward_is_collective=True), sample_gpu=False,
                           model=model, optimizer=adam)
-    assert sharded._memory_fit() is None  # already sharded
+    assert sharded._memory_fit()["strategy"] == "FullyShardedStrategy"  # its share is judged, across its replicas
+    offloaded = StepMonitor(_Strategy("FullyShardedStrategy", forward_is_collective=True, offload_to_cpu=True),
+                            sample_gpu=False, model=model, optimizer=adam)
+    assert offloaded._memory_fit() is None  # the state lives in host memory
     central = StepMonitor(_Strategy("CentralStorageStrategy", central_device=torch.device("meta")), sample_gpu=False,
                           model=model, optimizer=adam)
     assert central._memory_fit()["slots"] == 0  # optimizer state lives on the central device, not the replica's
     assert StepMonitor(_Strategy(), sample_gpu=False)._memory_fit() is None  # no model given
     with pytest.raises(ArgumentError, match="device_memory"):
         StepMonitor(_Strategy(), device_memory=-1)
+
+
+def test_under_full_sharding_the_share_is_judged():
+    fit = MemoryFit(17668, 70672, 70672, "Adam", 2, 2, 200_000, "FullyShardedStrategy")  # 141344 bytes a replica
+    assert memory_finding(fit) is None  # the share fits 90% of 200000
+    f = memory_finding(MemoryFit(17668, 70672, 70672, "Adam", 2, 2, 140_000, "FullyShardedStrategy"))
+    assert f.severity == "error" and "FullyShardedStrategy holds 1/2" in f.message and "138.03 KiB" in f.message
+    assert "on at least 3 devices" in f.fix and "offload_to_cpu=True" in f.fix
+    assert memory_finding(MemoryFit(17668, 70672, 70672, "Adam", 2, 2, 150_000, "FullyShardedStrategy")).severity \
+        == "warning"  # 141344 fits 150000, not 90% of it

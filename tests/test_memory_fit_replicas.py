@@ -20,11 +20,11 @@ def _model():
     return model
 
 
-def _train(capacity: int):
+def _train(capacity: int, kind: str = "MirroredStrategy"):
     from allgpu.strategies import memory_advice
 
     memory_advice.device_capacity = lambda device: (capacity, "a fake reading")  # the device's edge, faked
-    strategy = allgpu.MirroredStrategy(timeout=60)
+    strategy = getattr(allgpu, kind)(timeout=60)
     with strategy.scope():
         model = _model()
         optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad])
@@ -53,8 +53,15 @@ def test_fit_on_two_replicas_reports_a_model_too_large_for_one_device():
                                      f"per replica fully sharded across 2: {-(-mirrored // 2)} bytes",
                                      f"device memory: {capacity} bytes (a fake reading)"]
     assert "allgpu.FullyShardedStrategy()" in memory[0]["fix"]
-    roomy = allgpu.launch(_train, num_replicas=2, args=(2 * mirrored,))
-    assert not [f for f in roomy[0][2] if f["id"] == "needs-sharding"]  # fits with room: silent
+    # Following the fix on the same device: silent (the unit tests hold the edges); on a device too small even for
+    # half of it, the share is named.
+    sharded = allgpu.launch(_train, num_replicas=2, args=(capacity, "FullyShardedStrategy"))
+    assert not [f for f in sharded[0][2] if f["id"] == "needs-sharding"], sharded[0][2]
+    tiny = allgpu.launch(_train, num_replicas=2, args=(mirrored // 4, "FullyShardedStrategy"))
+    memory = [f for f in tiny[0][2] if f["id"] == "needs-sharding"]
+    assert tiny[0][:2] == (own, trainable)  # DTensor parameters count at their global size
+    assert len(memory) == 1 and f"per replica fully sharded across 2: {-(-mirrored // 2)} bytes" in \
+        memory[0]["evidence"] and "offload_to_cpu=True" in memory[0]["fix"]
 
 
 SCRIPT = """

@@ -93,7 +93,8 @@ class StepMonitor:
             replica must pass the same value.
         model, optimizer: what the replica trains (``fit`` passes both). With them, each epoch's report says
             (``needs-sharding``) when parameters, gradients and optimizer state would not fit one device under a
-            strategy that keeps a full copy per replica but would under ``FullyShardedStrategy``.
+            strategy that keeps a full copy per replica, and whether ``FullyShardedStrategy`` would fit them;
+            under ``FullyShardedStrategy``, when even each replica's share does not.
         device_memory: one device's memory in bytes to plan against; None reads it from the device
             (``torch.cuda.get_device_properties``; a CPU replica has no limit, so no such finding).
 
@@ -182,9 +183,10 @@ class StepMonitor:
     def _memory_fit(self) -> dict | None:
         """This replica's state against its device (:class:`allgpu.advice.MemoryFit` as a dict), or None."""
         strategy = self.strategy
-        if self._model is None or getattr(strategy, "forward_is_collective", False) \
-                or type(strategy).__name__ == "ParameterServerStrategy":  # already sharded / state on the servers
+        if self._model is None or getattr(strategy, "offload_to_cpu", False) \
+                or type(strategy).__name__ == "ParameterServerStrategy":  # state in host memory / on the servers
             return None
+        sharded = getattr(strategy, "forward_is_collective", False)
         from allgpu.strategies.memory_advice import device_capacity, measure, visible_replicas
 
         total, source = (self._device_memory, "StepMonitor(device_memory=...)") if self._device_memory \
@@ -193,8 +195,10 @@ class StepMonitor:
             return None
         central = getattr(strategy, "central_device", None)
         optimizer = None if central is not None and central.type != self._device.type else self._optimizer
-        return measure(self._model, optimizer, replicas=visible_replicas(strategy), device_bytes=total,
-                       strategy=type(strategy).__name__, capacity_source=source).to_dict()
+        return measure(self._model, optimizer, replicas=strategy.num_replicas_in_sync if sharded
+                       else visible_replicas(strategy), device_bytes=total,
+                       strategy="FullyShardedStrategy" if sharded else type(strategy).__name__,
+                       capacity_source=source).to_dict()
 
     def _median(self, name: str) -> float | None:
         values = self._per_step[name]
