@@ -201,7 +201,8 @@ SHARD_FIX = ("allgpu.FullyShardedStrategy() in place of {strategy}: the same API
              "gradients and optimizer state sharded across the {replicas} replicas ({sharded} each).")
 MORE_DEVICES_FIX = ("allgpu.FullyShardedStrategy() on at least {needed} devices, or "
                     "allgpu.FullyShardedStrategy(offload_to_cpu=True) to keep shards and optimizer state in host memory.")
-_ADAM_LIKE = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "Adadelta", "SparseAdam", "FusedAdam", "Adafactor")
+META_FIX = (" The parameters alone exceed a device: build the model under `with strategy.scope(), "
+            "torch.device('meta'):` so that only the shards are ever allocated.")
 
 
 def optimizer_slots(name: str | None, momentum: bool = False) -> int:
@@ -322,6 +323,8 @@ def memory_finding(fit: MemoryFit, replica: int | None = None) -> Finding | None
                                    "leaving too little for activations.") + _sharded_sentence(fit, sharded))
     fix = (SHARD_FIX.format(strategy=fit.strategy, replicas=fit.replicas, sharded=sharded) if fit.fits_sharded
            else MORE_DEVICES_FIX.format(needed=fit.devices_needed))
+    if fit.param_bytes > fit.budget:  # the parameters alone: building the model in full would fail first
+        fix += META_FIX
     evidence = (f"parameters: {fit.params} elements, {fit.param_bytes} bytes ({fit.trainable_bytes} trainable)",
                 f"per replica under {fit.strategy}: {fit.mirrored_bytes} bytes",
                 f"per replica fully sharded across {fit.replicas}: {fit.sharded_bytes} bytes",

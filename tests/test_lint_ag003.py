@@ -193,3 +193,10 @@ def test_ag004_an_oom_handler_under_mirrored(handler, fires):
     assert [f.severity for f in found] == (["info"] if fires else [])
     sharded = src.replace("MirroredStrategy", "FullyShardedStrategy")
     assert not [f for f in check_source(sharded) if f.rule_id == "AG004"]
+
+
+def test_ag003_says_meta_when_the_parameters_alone_exceed_the_gpu():
+    f = ag003(script('AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-70b-hf")'))[0]
+    assert "built under torch.device('meta')" in f.message  # 280 GB of float32 parameters
+    f = ag003(script('AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-13b-hf")'))[0]
+    assert "torch.device('meta')" not in f.message  # 52 GB of parameters fit; with their state they do not

@@ -49,6 +49,9 @@ def test_the_finding_names_the_figures_and_the_fix():
     # Too large even sharded: the devices needed, or CPU offload.
     f = memory_finding(_fit(100_000))
     assert "still too much" in f.message and "on at least 4 devices" in f.fix and "offload_to_cpu=True" in f.fix
+    assert "torch.device('meta')" not in f.fix  # the parameters alone (70672 bytes) fit
+    huge = memory_finding(MemoryFit(10 ** 9, 4 * 10 ** 9, 4 * 10 ** 9, "AdamW", 2, 8, 3 * 2 ** 30))
+    assert "with strategy.scope(), torch.device('meta'):" in huge.fix and "across the 8 replicas" in huge.fix
     f = memory_finding(_fit(200_000, replicas=1))
     assert "would need at least 2 devices" in f.message
     assert human_bytes(1536) == "1.50 KiB" and human_bytes(80 * 2 ** 30) == "80.00 GiB" and human_bytes(12) == "12 B"

@@ -187,7 +187,9 @@ _R = [
          "    strategy = allgpu.FullyShardedStrategy()     # the same API as MirroredStrategy\n"
          "    with strategy.scope():\n        model = AutoModelForCausalLM.from_pretrained(NAME)\n"
          "        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)\n"
-         "Each replica then holds 1/N; the message says how many 80 GiB GPUs that takes. On your own devices,\n"
+         "Each replica then holds 1/N; the message says how many 80 GiB GPUs that takes. When the parameters\n"
+         "alone exceed one GPU, build the model under `with strategy.scope(), torch.device('meta'):` so that\n"
+         "only the shards are ever allocated. On your own devices,\n"
          "`allgpu doctor --run train.py` (or `--device-memory 24GiB` to plan for other GPUs) and the step\n"
          "monitor report the same arithmetic from the real model (finding `needs-sharding`)."),
     Rule("AG004", "info", "allgpu-oom-handled-while-mirrored",

@@ -193,7 +193,9 @@ def check_ag003(ctx) -> None:
     ctx.emit("AG003", call, f"{what} has about {params / 1e9:.1f}B parameters: with gradients and {state} that is "
                             f"{human_bytes(fit.mirrored_bytes)} on every replica under {fit.strategy}, more than "
                             f"fits an 80 GiB GPU; use allgpu.FullyShardedStrategy() (at least "
-                            f"{fit.devices_needed} such GPUs) to shard it across the replicas")
+                            f"{fit.devices_needed} such GPUs) to shard it across the replicas"
+                            + (", built under torch.device('meta') in its scope (its parameters alone exceed the "
+                               "GPU)" if fit.param_bytes > fit.budget else ""))
 
 
 _OOM = ("torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError")
