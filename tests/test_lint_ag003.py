@@ -200,3 +200,12 @@ def test_ag003_says_meta_when_the_parameters_alone_exceed_the_gpu():
     assert "built under torch.device('meta')" in f.message  # 280 GB of float32 parameters
     f = ag003(script('AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-13b-hf")'))[0]
     assert "torch.device('meta')" not in f.message  # 52 GB of parameters fit; with their state they do not
+
+
+def test_ag003_under_central_storage_counts_no_optimizer_state():
+    big = 'AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-13b-hf")'
+    src = script(big).replace("allgpu.MirroredStrategy()", "allgpu.CentralStorageStrategy()")
+    f = ag003(src)[0]
+    assert "with gradients and gradients" not in f.message and "96.86 GiB" in f.message  # 13e9 x (4 + 4) bytes
+    assert ag003(script('AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf")').replace(
+        "allgpu.MirroredStrategy()", "allgpu.CentralStorageStrategy()")) == []  # 56 GB: fits

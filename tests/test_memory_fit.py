@@ -111,6 +111,9 @@ def test_the_reading_edge_and_the_strategies_it_applies_to(monkeypatch):
     central = StepMonitor(_Strategy("CentralStorageStrategy", central_device=torch.device("meta")), sample_gpu=False,
                           model=model, optimizer=adam)
     assert central._memory_fit()["slots"] == 0  # optimizer state lives on the central device, not the replica's
+    servers = StepMonitor(_Strategy("ParameterServerStrategy", server_stats=lambda ps=0: {}), sample_gpu=False,
+                          model=model, optimizer=adam)
+    assert servers._memory_fit()["slots"] == 0  # optimizer state on the parameter servers
     assert StepMonitor(_Strategy(), sample_gpu=False)._memory_fit() is None  # no model given
     with pytest.raises(ArgumentError, match="device_memory"):
         StepMonitor(_Strategy(), device_memory=-1)

@@ -185,12 +185,14 @@ def check_ag003(ctx) -> None:
     if found is None:
         return
     call, params, width, what = found
+    if kinds & set(_MIRRORING) == {"CentralStorageStrategy"}:
+        optimizer, slots = None, 0  # its optimizer state lives on the central device (the host by default)
     fit = MemoryFit(int(params), int(params) * width, int(params) * width, optimizer, slots, 1,
                     REFERENCE_DEVICE_BYTES, sorted(kinds & set(_MIRRORING))[0])
     if memory_finding(fit) is None:
         return
-    state = f"{optimizer} state ({slots} per parameter)" if optimizer else "gradients"
-    ctx.emit("AG003", call, f"{what} has about {params / 1e9:.1f}B parameters: with gradients and {state} that is "
+    state = f"gradients and {optimizer} state ({slots} per parameter)" if optimizer else "gradients"
+    ctx.emit("AG003", call, f"{what} has about {params / 1e9:.1f}B parameters: with {state} that is "
                             f"{human_bytes(fit.mirrored_bytes)} on every replica under {fit.strategy}, more than "
                             f"fits an 80 GiB GPU; use allgpu.FullyShardedStrategy() (at least "
                             f"{fit.devices_needed} such GPUs) to shard it across the replicas"

@@ -183,8 +183,7 @@ class StepMonitor:
     def _memory_fit(self) -> dict | None:
         """This replica's state against its device (:class:`allgpu.advice.MemoryFit` as a dict), or None."""
         strategy = self.strategy
-        if self._model is None or getattr(strategy, "offload_to_cpu", False) \
-                or type(strategy).__name__ == "ParameterServerStrategy":  # state in host memory / on the servers
+        if self._model is None or getattr(strategy, "offload_to_cpu", False):  # shards and state in host memory
             return None
         sharded = getattr(strategy, "forward_is_collective", False)
         from allgpu.strategies.memory_advice import device_capacity, measure, visible_replicas
@@ -193,8 +192,11 @@ class StepMonitor:
             else device_capacity(self._device)
         if total is None:
             return None
+        # CentralStorageStrategy keeps the optimizer state on its central device, ParameterServerStrategy on the
+        # servers: the replica's device holds parameters and gradients only.
         central = getattr(strategy, "central_device", None)
-        optimizer = None if central is not None and central.type != self._device.type else self._optimizer
+        elsewhere = (central is not None and central.type != self._device.type) or hasattr(strategy, "server_stats")
+        optimizer = None if elsewhere else self._optimizer
         return measure(self._model, optimizer, replicas=strategy.num_replicas_in_sync if sharded
                        else visible_replicas(strategy), device_bytes=total,
                        strategy="FullyShardedStrategy" if sharded else type(strategy).__name__,
