@@ -104,6 +104,13 @@ def test_sharding_plan_default_explicit_and_tied_weights():
     assert describe(plan_units(model, torch.nn.LayerNorm)) == "3 x LayerNorm"
     with pytest.raises(ValueError, match="tied weight"):
         plan_units(model, [torch.nn.Linear])  # out shares embed.weight
+    # Blocks stacked in an nn.Sequential whose class also appears inside each block: the blocks are the units,
+    # not the whole stack (which would all-gather every block at once).
+    nn = torch.nn
+    block = lambda: nn.Sequential(nn.LayerNorm(8), nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 8)))  # noqa: E731
+    stacked = nn.Sequential(nn.Linear(4, 8), nn.Sequential(*[block() for _ in range(3)]), nn.Linear(8, 2))
+    units = plan_units(stacked)
+    assert describe(units) == "2 x Linear, 3 x Sequential" and all(u in units for u in stacked[1])
 
 
 def _accumulate(k, global_batch_size, steps):
