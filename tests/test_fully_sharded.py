@@ -247,3 +247,20 @@ def test_bench_memory_counts_a_share_per_replica():
     assert 0 < one.optimizer - 2 * one.params <= 4 * 50  # Adam: two moments, plus a float32 step per tensor
     assert sharded.held <= 0.5 * one.held + 4 * 50 and sharded.grads == sharded.params  # steps are not sharded
     assert "FS/Mirrored" in format_rows(rows)
+
+
+def _export_then_train():
+    strategy = allgpu.FullyShardedStrategy()
+    with strategy.scope():
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    exported = strategy.full_state_dict(model)
+    before = {k: v.clone() for k, v in exported.items()}
+    model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+    return all(torch.equal(before[k], exported[k]) for k in exported)
+
+
+@pytest.mark.timeout(60)
+def test_full_state_dict_is_a_copy_even_on_one_replica():
+    assert allgpu.launch(_export_then_train, num_replicas=1) == [True]  # training on does not change the export

@@ -211,8 +211,11 @@ class FullyShardedStrategy(MirroredStrategy):
         if not isinstance(model, nn.Module):
             raise ArgumentTypeError(f"full_state_dict(model) takes a torch.nn.Module; got {type(model).__name__}.")
         if not isinstance(model, FSDPModule):
-            return {k: v.detach().cpu() for k, v in model.state_dict().items()} if self.is_chief else {}
-        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()} if self.is_chief else {}
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.num_replicas_in_sync == 1:  # one shard is the whole tensor: torch returns the live parameter itself
+            full = {k: v.detach().clone() for k, v in full.items()}
+        return full
 
     def close(self) -> None:
         super().close()
