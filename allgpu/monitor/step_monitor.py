@@ -188,7 +188,7 @@ class StepMonitor:
         sharded = getattr(strategy, "forward_is_collective", False)
         from allgpu.strategies.memory_advice import device_capacity, measure, visible_replicas
 
-        total, source = (self._device_memory, "StepMonitor(device_memory=...)") if self._device_memory \
+        total, source = (self._device_memory, "as given: device_memory= / --device-memory") if self._device_memory \
             else device_capacity(self._device)
         if total is None:
             return None
