@@ -5,9 +5,12 @@
 * Which visible GPUs run no replica and which several replicas share (:func:`device_use`): ``allgpu doctor``'s
   :func:`~allgpu.doctor.idle_devices` and the step monitor's ``idle-device`` rule both build on it, with one
   severity (:data:`IDLE_SEVERITY`) and one fix (:data:`IDLE_FIX`).
+* Whether a model's training state fits one device mirrored, or only sharded (:class:`MemoryFit`,
+  :func:`memory_finding`): ``fit``'s warning on CUDA, the step monitor, ``allgpu doctor --run`` and the lint rule
+  AG003 all give this one answer.
 
 Pure functions of their arguments, plus two guarded readers of this process's cores (:func:`cpu_affinity`,
-:func:`cpu_quota`). Imports neither torch nor anything of allgpu's but :mod:`allgpu.errors`.
+:func:`cpu_quota`). Imports neither torch nor anything of allgpu's but :mod:`allgpu.errors` and :mod:`allgpu.findings`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from allgpu.errors import ArgumentError, DeviceError
+from allgpu.findings import Finding
 
 # Past ~8 loader processes per replica decoding rarely gets faster and memory (one dataset copy each) grows.
 MAX_WORKERS = 8
@@ -184,3 +188,165 @@ def device_use(visible_device_count: int, replica_devices: Sequence[int]) -> Dev
     return DeviceUse(visible_device_count, tuple(replica_devices),
                      tuple(i for i in range(visible_device_count) if i not in used),
                      tuple(sorted(i for i, n in used.items() if n > 1)))
+
+
+# ---- Will the training state fit one device? ------------------------------------------------------------------
+# The accounting of Rajbhandari et al., "ZeRO" (SC 2020), section 3.1: per parameter a mirrored replica holds the
+# parameter, its gradient (trainable ones only) and the optimizer's per-parameter state, each the parameter's size
+# and dtype; fully sharded, each replica holds 1/N of all three. Activations and temporary buffers are not counted,
+# so "does not fit" is certain and "fits" optimistic: only MEMORY_HEADROOM of a device counts as usable for state.
+MEMORY_HEADROOM = 0.9
+MEMORY_FINDING = "needs-sharding"
+SHARD_FIX = ("allgpu.FullyShardedStrategy() in place of {strategy}: the same API and launch, with parameters, "
+             "gradients and optimizer state sharded across the {replicas} replicas ({sharded} each).")
+MORE_DEVICES_FIX = ("allgpu.FullyShardedStrategy() on at least {needed} devices, or "
+                    "allgpu.FullyShardedStrategy(offload_to_cpu=True) to keep shards and optimizer state in host memory.")
+META_FIX = (" The parameters alone exceed a device: build the model under `with strategy.scope(), "
+            "torch.device('meta'):` so that only the shards are ever allocated.")
+
+
+def optimizer_slots(name: str | None, momentum: bool = False) -> int:
+    """Per-parameter state tensors an optimizer class keeps, each the parameter's size.
+
+    ``name`` is the class name (``"AdamW"``), None for no optimizer (0). Adam-likes keep two moments, SGD one
+    momentum buffer when ``momentum`` (else none), RMSprop / Adagrad / ASGD one; an unknown class counts as Adam-like
+    (2), the common case, so an unknown optimizer never makes a model look smaller than it is.
+    """
+    if name is None:
+        return 0
+    if name == "SGD":
+        return 1 if momentum else 0
+    if name in ("RMSprop", "Adagrad", "ASGD"):
+        return 1
+    return 2
+
+
+def human_bytes(n: float) -> str:
+    """``1536 -> "1.50 KiB"``, ``3 * 2**30 -> "3.00 GiB"``: binary units, two decimals."""
+    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """One replica's training state (parameters, gradients, optimizer state) against one device's memory.
+
+    Attributes:
+        params: parameter elements, each counted once (a tied weight once).
+        param_bytes: bytes of all those parameters. trainable_bytes: bytes of those that require grad.
+        optimizer: the optimizer's class name, None without one. slots: its per-parameter state tensors.
+        replicas: devices the state could be sharded across (the replicas, or more devices visible).
+        device_bytes: one device's total memory in bytes, None where there is no such limit (CPU).
+        strategy: the strategy's class name (``"MirroredStrategy"``).
+        capacity_source: where ``device_bytes`` came from (``"torch.cuda.get_device_properties(cuda:0)"``).
+    """
+
+    params: int
+    param_bytes: int
+    trainable_bytes: int
+    optimizer: str | None
+    slots: int
+    replicas: int
+    device_bytes: int | None
+    strategy: str = "MirroredStrategy"
+    capacity_source: str = ""
+
+    @property
+    def mirrored_bytes(self) -> int:
+        """Bytes every replica holds without sharding: parameters, plus gradient and optimizer state per trainable."""
+        return self.param_bytes + self.trainable_bytes * (1 + self.slots)
+
+    @property
+    def sharded_bytes(self) -> int:
+        """Bytes one replica holds under full sharding across :attr:`replicas`: 1/N of :attr:`mirrored_bytes`."""
+        return -(-self.mirrored_bytes // max(1, self.replicas))
+
+    @property
+    def budget(self) -> float | None:
+        """Bytes of a device usable for the state: ``MEMORY_HEADROOM`` of it; None without a device limit."""
+        return None if self.device_bytes is None else self.device_bytes * MEMORY_HEADROOM
+
+    @property
+    def fits_mirrored(self) -> bool:
+        return self.budget is None or self.mirrored_bytes <= self.budget
+
+    @property
+    def fits_sharded(self) -> bool:
+        return self.budget is None or self.sharded_bytes <= self.budget
+
+    @property
+    def devices_needed(self) -> int:
+        """Devices the state must be sharded across to fit each one's budget (1 when there is no limit)."""
+        return 1 if self.budget is None else max(1, math.ceil(self.mirrored_bytes / self.budget))
+
+    def to_dict(self) -> dict:
+        """The fields plus ``mirrored_bytes`` and ``sharded_bytes`` (plain JSON values)."""
+        return {**{k: getattr(self, k) for k in self.__dataclass_fields__},
+                "mirrored_bytes": self.mirrored_bytes, "sharded_bytes": self.sharded_bytes}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "MemoryFit":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def _sharded_sentence(fit: MemoryFit, sharded: str) -> str:
+    if fit.fits_sharded:
+        return f" Sharded across the {fit.replicas} replicas it is {sharded} each, which fits."
+    if fit.replicas > 1:
+        return f" Sharded across {fit.replicas} replicas it is {sharded} each, still too much."
+    return f" Sharded, it would need at least {fit.devices_needed} devices."
+
+
+def memory_finding(fit: MemoryFit, replica: int | None = None) -> Finding | None:
+    """A ``needs-sharding`` finding when the state does not fit one device's budget under ``fit.strategy``; None
+    when it fits, or when there is no device limit.
+
+    Severity ``"error"`` when the state exceeds the whole device (training cannot run mirrored), ``"warning"``
+    when it fits the device but not its :data:`MEMORY_HEADROOM` (activations will not). The fix names
+    ``allgpu.FullyShardedStrategy()`` when the sharded share fits, else the devices needed or CPU offload. With
+    ``fit.strategy == "FullyShardedStrategy"`` (already sharded, not offloaded) the share is judged instead.
+    """
+    if fit.strategy == "FullyShardedStrategy":
+        return _sharded_finding(fit, replica)
+    if fit.fits_mirrored:
+        return None
+    over = fit.mirrored_bytes > fit.device_bytes
+    opt = f"{fit.optimizer} state ({fit.slots} tensor{'s' if fit.slots != 1 else ''} a parameter)" if fit.optimizer \
+        else "no optimizer state on the device"
+    sharded = human_bytes(fit.sharded_bytes)
+    message = (f"{fit.strategy} keeps a full copy of the training state on every replica: {fit.params:,} parameters "
+               f"({human_bytes(fit.param_bytes)}), their gradients and {opt} need {human_bytes(fit.mirrored_bytes)} "
+               f"per replica, " + (f"more than one device's {human_bytes(fit.device_bytes)}." if over else
+                                   f"over {MEMORY_HEADROOM:.0%} of one device's {human_bytes(fit.device_bytes)}, "
+                                   "leaving too little for activations.") + _sharded_sentence(fit, sharded))
+    fix = (SHARD_FIX.format(strategy=fit.strategy, replicas=fit.replicas, sharded=sharded) if fit.fits_sharded
+           else MORE_DEVICES_FIX.format(needed=fit.devices_needed))
+    if fit.param_bytes > fit.budget:  # the parameters alone: building the model in full would fail first
+        fix += META_FIX
+    evidence = (f"parameters: {fit.params} elements, {fit.param_bytes} bytes ({fit.trainable_bytes} trainable)",
+                f"per replica under {fit.strategy}: {fit.mirrored_bytes} bytes",
+                f"per replica fully sharded across {fit.replicas}: {fit.sharded_bytes} bytes",
+                f"device memory: {fit.device_bytes} bytes" + (f" ({fit.capacity_source})" if fit.capacity_source
+                                                               else ""))
+    return Finding(MEMORY_FINDING, "error" if over else "warning", message, fix, replica=replica, evidence=evidence)
+
+
+def _sharded_finding(fit: MemoryFit, replica: int | None) -> Finding | None:
+    """Under FullyShardedStrategy: a finding when even each replica's 1/N share exceeds the budget."""
+    if fit.fits_sharded:
+        return None
+    over = fit.sharded_bytes > fit.device_bytes
+    message = (f"FullyShardedStrategy holds 1/{fit.replicas} of the training state on each replica: {fit.params:,} "
+               f"parameters ({human_bytes(fit.param_bytes)}), their gradients and optimizer state come to "
+               f"{human_bytes(fit.sharded_bytes)} per replica, " + (
+                   f"more than one device's {human_bytes(fit.device_bytes)}." if over else
+                   f"over {MEMORY_HEADROOM:.0%} of one device's {human_bytes(fit.device_bytes)}, leaving too little "
+                   "for activations."))
+    evidence = (f"parameters: {fit.params} elements, {fit.param_bytes} bytes ({fit.trainable_bytes} trainable)",
+                f"per replica fully sharded across {fit.replicas}: {fit.sharded_bytes} bytes",
+                f"device memory: {fit.device_bytes} bytes" + (f" ({fit.capacity_source})" if fit.capacity_source
+                                                               else ""))
+    return Finding(MEMORY_FINDING, "error" if over else "warning", message,
+                   MORE_DEVICES_FIX.format(needed=fit.devices_needed), replica=replica, evidence=evidence)

@@ -104,6 +104,13 @@ def test_sharding_plan_default_explicit_and_tied_weights():
     assert describe(plan_units(model, torch.nn.LayerNorm)) == "3 x LayerNorm"
     with pytest.raises(ValueError, match="tied weight"):
         plan_units(model, [torch.nn.Linear])  # out shares embed.weight
+    # Blocks stacked in an nn.Sequential whose class also appears inside each block: the blocks are the units,
+    # not the whole stack (which would all-gather every block at once).
+    nn = torch.nn
+    block = lambda: nn.Sequential(nn.LayerNorm(8), nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 8)))  # noqa: E731
+    stacked = nn.Sequential(nn.Linear(4, 8), nn.Sequential(*[block() for _ in range(3)]), nn.Linear(8, 2))
+    units = plan_units(stacked)
+    assert describe(units) == "2 x Linear, 3 x Sequential" and all(u in units for u in stacked[1])
 
 
 def _accumulate(k, global_batch_size, steps):
@@ -224,7 +231,7 @@ def test_memory_advice_suggests_sharding_only_when_it_helps():
     assert state_bytes(model, adam, replicas=4, sharded=True) == 1_001_000 * 4
     assert advice(model, adam, device_bytes=100 * 2**20, replicas=4) is None  # fits mirrored
     text = advice(model, adam, device_bytes=10 * 2**20, replicas=4)
-    assert "FullyShardedStrategy()" in text and "15.3" not in text and "4 devices" in text
+    assert "FullyShardedStrategy()" in text and "need 15.27 MiB per replica" in text and "4 replicas (3.82 MiB each)" in text
     text = advice(model, adam, device_bytes=10 * 2**20, replicas=1)
     assert "offload_to_cpu=True" in text and "at least 2 devices" in text
 
@@ -240,3 +247,20 @@ def test_bench_memory_counts_a_share_per_replica():
     assert 0 < one.optimizer - 2 * one.params <= 4 * 50  # Adam: two moments, plus a float32 step per tensor
     assert sharded.held <= 0.5 * one.held + 4 * 50 and sharded.grads == sharded.params  # steps are not sharded
     assert "FS/Mirrored" in format_rows(rows)
+
+
+def _export_then_train():
+    strategy = allgpu.FullyShardedStrategy()
+    with strategy.scope():
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    exported = strategy.full_state_dict(model)
+    before = {k: v.clone() for k, v in exported.items()}
+    model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+    return all(torch.equal(before[k], exported[k]) for k in exported)
+
+
+@pytest.mark.timeout(60)
+def test_full_state_dict_is_a_copy_even_on_one_replica():
+    assert allgpu.launch(_export_then_train, num_replicas=1) == [True]  # training on does not change the export

@@ -1,6 +1,6 @@
 """``allgpu doctor [--json] [--reading FILE]``: read this machine, list what keeps a GPU idle, with fixes.
 ``allgpu doctor --log FILE [--json]``: explain a captured run log's device use (one verdict, cause ids).
-``allgpu doctor [--steps N] [--report DIR] --run script.py [args]``: run a script and explain its device use (an
+``allgpu doctor [--steps N] [--report DIR] [--device-memory SIZE] --run script.py [args]``: run a script and explain its device use (an
 allgpu.fit script under the step monitor; any other script as a child process with GPU samples and lint).
 
 Exit code: 0 when no problem has severity "error", 1 when one does, 2 when ``--reading`` cannot be used.
@@ -54,11 +54,33 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=positive_int, default=50, help="with --run: steps to monitor (default 50)")
     parser.add_argument("--report", metavar="DIR", help="with --run: write monitor.json and monitor.png (allgpu "
                         "scripts) or run.log and verdict.json (other scripts) here")
+    parser.add_argument("--device-memory", type=_size, metavar="SIZE",
+                        help="with --run of an allgpu script: plan against devices of SIZE (e.g. 80GiB, 24GB, or "
+                             "bytes) instead of the device's own memory; the report then says whether parameters, "
+                             "gradients and optimizer state fit it mirrored or need FullyShardedStrategy "
+                             "(the only way to ask on a CPU-only machine)")
     parser.add_argument("--run", nargs=argparse.REMAINDER, metavar="SCRIPT ARGS",
                         help="run a training script and explain its device use: an allgpu script under the step "
                              "monitor for --steps steps; any other script as a child process with NVML samples, "
                              "lint and one verdict (must come last)")
     return parser
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12, "kib": 2 ** 10,
+          "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+
+
+def _size(text: str) -> int:
+    """``"80GiB" -> 85899345920``; ``"24GB"``, ``"1.5 TiB"``, ``"1000000"`` (bytes). argparse turns the error
+    into a usage message naming the option."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS or float(m.group(1)) * _UNITS[unit] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size; expected a number with an optional unit "
+                                         "(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 80GiB")
+    return int(float(m.group(1)) * _UNITS[unit])
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -117,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
         if is_allgpu_script(args.run[0]):
             from allgpu.cli.doctor_run import run_monitored
 
-            return run_monitored(args.run[0], args.run[1:], steps=args.steps, report_dir=args.report)
+            return run_monitored(args.run[0], args.run[1:], steps=args.steps, report_dir=args.report,
+                                 device_memory=args.device_memory)
         return run_any(args.run[0], args.run[1:], json_out=args.json, timeout=args.timeout, report_dir=args.report)
     if args.log is not None:
         return run_log(args.log, json_out=args.json)

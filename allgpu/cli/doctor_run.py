@@ -16,16 +16,18 @@ import sys
 from allgpu.monitor import session as monitor_session
 
 
-def run_monitored(script: str, args: list[str], *, steps: int = 50, report_dir: str | None = None) -> int:
+def run_monitored(script: str, args: list[str], *, steps: int = 50, report_dir: str | None = None,
+                  device_memory: int | None = None) -> int:
     """Run ``script`` monitored. Returns 0 when the diagnosis is clean, 1 with findings or when the script never
-    called ``fit``, or the script's own exit code when it failed."""
+    called ``fit``, or the script's own exit code when it failed. ``device_memory`` (bytes): the device size the
+    ``needs-sharding`` rule plans against, None for the device's own."""
     if not os.path.isfile(script):
         print(f"allgpu doctor --run: {script!r} is not a file. Fix: allgpu doctor --run path/to/train.py [args]",
               file=sys.stderr)
         return 2
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    with monitor_session.started(steps, report_dir) as session:
+    with monitor_session.started(steps, report_dir, device_memory) as session:
         try:
             runpy.run_path(script, run_name="__main__")
         except SystemExit as exc:

@@ -168,6 +168,45 @@ _R = [
          "every gradient num_replicas_in_sync times too small, which divides the learning rate by N.\n"
          "Fix:\n    loss = allgpu.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)\n"
          "or the mean over the replica's batch: `loss = loss_fn(model(x), y)` with reduction='mean'."),
+    Rule("AG003", "warning", "allgpu-model-too-large-to-mirror",
+         "model too large to mirror: parameters, gradients and optimizer state exceed an 80 GiB GPU",
+         "MirroredStrategy (and OneDevice, MultiWorkerMirrored, CentralStorage) keeps a whole copy of the\n"
+         "parameters, their gradients and the optimizer state on every device: per float32 parameter 4 bytes\n"
+         "each, Adam adding two moments (16 bytes a parameter). The rule reads the model's size from the source:\n"
+         "a checkpoint name that states it (`from_pretrained(\"meta-llama/Llama-2-7b-hf\")`: 7B; a literal, a\n"
+         "module constant or an argparse default), or nn.Linear / nn.Embedding / nn.Conv sizes spelled out\n"
+         "(int literals, module constants, __init__ defaults and arguments, config-class fields, repeated with\n"
+         "range(N)), through the script's own nn.Module classes. It counts what it can read (a lower bound),\n"
+         "the dtype (16-bit with torch_dtype=torch.bfloat16/float16/'auto' or a .half()/.bfloat16() in the\n"
+         "file, else float32) and the optimizer the file builds (none seen: none counted; an allgpu.fit script\n"
+         "without one is judged on parameters and gradients), and reports when that exceeds 90% of an 80 GiB\n"
+         "GPU (A100/H100 80GB, the largest common one), the rest being left for activations: such a model fits\n"
+         "no common GPU mirrored. Not reported when parameters are frozen (requires_grad), adapters (peft) or\n"
+         "quantisation / device_map are used, or the script already builds FullyShardedStrategy.\n"
+         "Fix: shard parameters, gradients and optimizer state across the replicas (ZeRO-3, FSDP2):\n"
+         "    strategy = allgpu.FullyShardedStrategy()     # the same API as MirroredStrategy\n"
+         "    with strategy.scope():\n        model = AutoModelForCausalLM.from_pretrained(NAME)\n"
+         "        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)\n"
+         "Each replica then holds 1/N; the message says how many 80 GiB GPUs that takes. When the parameters\n"
+         "alone exceed one GPU, build the model under `with strategy.scope(), torch.device('meta'):` so that\n"
+         "only the shards are ever allocated. On your own devices,\n"
+         "`allgpu doctor --run train.py` (or `--device-memory 24GiB` to plan for other GPUs) and the step\n"
+         "monitor report the same arithmetic from the real model (finding `needs-sharding`)."),
+    Rule("AG004", "info", "allgpu-oom-handled-while-mirrored",
+         "out-of-memory errors caught under a mirroring strategy: sharding may free the memory instead",
+         "The script catches torch.cuda.OutOfMemoryError (or a RuntimeError it tests for 'out of memory'),\n"
+         "typically to lower the batch size and retry, while MirroredStrategy (or OneDevice, MultiWorkerMirrored,\n"
+         "CentralStorage) keeps a whole copy of parameters, gradients and optimizer state on every device\n"
+         "(16 bytes a float32 parameter under Adam). When that state takes much of the device, a smaller batch\n"
+         "only trades speed for it; sharding frees (N-1)/N of it on each of N replicas.\n"
+         "Find out which it is: `allgpu doctor --run train.py` (finding `needs-sharding` when the state does not\n"
+         "fit with room for activations; `--device-memory 24GiB` plans for another GPU).\n"
+         "Fix, when the state is the problem:\n"
+         "    strategy = allgpu.FullyShardedStrategy()     # the same API as MirroredStrategy\n"
+         "When activations are (long sequences, large batches): keep the global batch and split it,\n"
+         "    allgpu.fit(..., accumulation_steps=4)        # or strategy.accumulate(4)\n"
+         "or recompute them in backward (torch.utils.checkpoint). Not reported when the script already builds\n"
+         "FullyShardedStrategy. Info only: an OOM handler alone does not say what fills the device."),
 ]
 
 RULES: dict[str, Rule] = {r.id: r for r in _R}

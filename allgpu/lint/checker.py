@@ -35,6 +35,8 @@ CHECKS = (
     rules_torch.check_pt009, rules_torch.check_pt011,
     rules_allgpu.check_ag001,
     rules_allgpu.check_ag002,
+    rules_allgpu.check_ag003,
+    rules_allgpu.check_ag004,
 )
 _NOQA = re.compile(r"#\s*allgpu:\s*noqa(?:\[([^\]]*)\])?", re.IGNORECASE)
 _SKIP_DIRS = {".git", ".hg", ".venv", "venv", "__pycache__", ".ipynb_checkpoints", "node_modules", ".tox",

@@ -11,7 +11,10 @@ TensorFlow Profiler's "input-bound" / "device-bound" verdicts):
 ``idle-device``          a host with more visible GPUs than replicas on them (:func:`allgpu.advice.device_use`, the
                          computation, severity and fix ``allgpu doctor``'s ``idle_devices`` uses too);
 ``shared-device``        a GPU that several replicas of one host share;
-``host-bound``           "other" (Python between phases) over 30% of step time.
+``host-bound``           "other" (Python between phases) over 30% of step time;
+``needs-sharding``       parameters, gradients and optimizer state of a strategy that keeps a full copy per replica
+                         over 90% of a device's memory (:func:`allgpu.advice.memory_finding`, the arithmetic and
+                         wording ``fit``'s warning, ``allgpu doctor --run`` and lint rule AG003 share).
 
 No I/O, no torch: the functions take figures and return :class:`allgpu.findings.Finding` s (``replica`` set where
 one replica is concerned), so they are tested on constructed figures.
@@ -23,12 +26,12 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from allgpu.advice import IDLE_FIX, IDLE_SEVERITY, SHARED_FIX, WORKERS_RULE, device_use
+from allgpu.advice import IDLE_FIX, IDLE_SEVERITY, SHARED_FIX, WORKERS_RULE, MemoryFit, device_use, memory_finding
 from allgpu.findings import Finding
 from allgpu.monitor.figures import ReplicaFigures
 
 __all__ = ["Finding", "Thresholds", "communication_bound", "diagnose", "host_bound", "idle_devices", "input_bound",
-           "stragglers"]
+           "needs_sharding", "stragglers"]
 
 
 # Each rule's fix, a str.format template the rule fills in.
@@ -72,7 +75,7 @@ def diagnose(figures: list[ReplicaFigures], thresholds: Thresholds = Thresholds(
         figures: one entry per replica (any order); replicas that timed no step are ignored.
     """
     timed = sorted((f for f in figures if f.steps > 0 and f.step_s > 0), key=lambda f: f.replica)
-    findings = idle_devices(figures)
+    findings = needs_sharding(figures) + idle_devices(figures)
     if not timed:
         return findings
     findings += stragglers(timed, thresholds)
@@ -182,3 +185,13 @@ def idle_devices(figures: list[ReplicaFigures]) -> list[Finding]:
             out.append(Finding("shared-device", "warning", f"{host}: {use.shared_message()}", SHARED_FIX,
                                devices=use.shared))
     return out
+
+
+def needs_sharding(figures: list[ReplicaFigures]) -> list[Finding]:
+    """One ``needs-sharding`` finding for the job when a replica's training state does not fit its device mirrored
+    (the replica with the least device memory decides); ``[]`` when it fits or no replica measured it."""
+    fits = [MemoryFit.from_dict(f.memory) for f in figures if f.memory and f.memory.get("device_bytes")]
+    if not fits:
+        return []
+    finding = memory_finding(min(fits, key=lambda m: m.device_bytes))
+    return [finding] if finding is not None else []

@@ -17,10 +17,13 @@ from typing import Iterator
 
 @dataclass
 class MonitorSession:
-    """Overrides for ``fit``: monitor on, one epoch of at most ``max_steps`` steps; reports collected."""
+    """Overrides for ``fit``: monitor on, one epoch of at most ``max_steps`` steps; reports collected.
+    ``device_memory`` (bytes) is the device size to plan against (``allgpu doctor --run --device-memory``), None
+    for the device's own."""
 
     max_steps: int
     report_dir: str | None = None
+    device_memory: int | None = None
     reports: list = field(default_factory=list)
     fit_calls: int = 0
 
@@ -30,9 +33,10 @@ _current: contextvars.ContextVar[MonitorSession | None] = contextvars.ContextVar
 
 
 @contextlib.contextmanager
-def started(max_steps: int, report_dir: str | None = None) -> Iterator[MonitorSession]:
+def started(max_steps: int, report_dir: str | None = None,
+            device_memory: int | None = None) -> Iterator[MonitorSession]:
     """A :class:`MonitorSession` that ``fit`` calls inside the block see through :func:`current`."""
-    session = MonitorSession(max_steps, report_dir)
+    session = MonitorSession(max_steps, report_dir, device_memory)
     token = _current.set(session)
     try:
         yield session

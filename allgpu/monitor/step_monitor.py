@@ -91,15 +91,27 @@ class StepMonitor:
             kernel autotuning make them unrepresentative); later epochs count every step.
         enabled: False makes every method a no-op (``end_epoch`` returns None without a collective); every
             replica must pass the same value.
+        model, optimizer: what the replica trains (``fit`` passes both). With them, each epoch's report says
+            (``needs-sharding``) when parameters, gradients and optimizer state would not fit one device under a
+            strategy that keeps a full copy per replica, and whether ``FullyShardedStrategy`` would fit them;
+            under ``FullyShardedStrategy``, when even each replica's share does not.
+        device_memory: one device's memory in bytes to plan against; None reads it from the device
+            (``torch.cuda.get_device_properties``; a CPU replica has no limit, so no such finding).
 
     Attributes:
         reports: the :class:`EpochReport` of every finished epoch.
     """
 
     def __init__(self, strategy, sample_gpu: bool = True, *, num_workers: int | None = None,
-                 thresholds: Thresholds = Thresholds(), warmup_steps: int = 1, enabled: bool = True):
+                 thresholds: Thresholds = Thresholds(), warmup_steps: int = 1, enabled: bool = True, model=None,
+                 optimizer=None, device_memory: int | None = None):
         if not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise ArgumentError(f"StepMonitor(warmup_steps={warmup_steps!r}): expected an integer >= 0.")
+        if device_memory is not None and (isinstance(device_memory, bool) or not isinstance(device_memory, int)
+                                          or device_memory <= 0):
+            raise ArgumentError(f"StepMonitor(device_memory={device_memory!r}): expected a number of bytes > 0, "
+                                "e.g. 80 * 2**30, or None to read the device's own.")
+        self._model, self._optimizer, self._device_memory = model, optimizer, device_memory
         self.strategy = strategy
         self.enabled = enabled
         self.num_workers = num_workers
@@ -160,13 +172,35 @@ class StepMonitor:
             gpu_util_pct=util, gpu_mem_mib=mem, visible_gpus=cuda_device_count(),
             cuda_index=_cuda_index(device), num_workers=self.num_workers,
             step_compute_median_s=self._median("compute"), step_comm_median_s=self._median("comm"),
-            step_median_s=self._median("step"),
+            step_median_s=self._median("step"), memory=self._memory_fit(),
         )
         gathered = self.strategy.replica_group.all_gather_object(mine.to_dict(), where="StepMonitor.end_epoch")
         figures = sorted((ReplicaFigures.from_dict(d) for d in gathered), key=lambda f: f.replica)
         report = EpochReport(self._epoch, figures, diagnose(figures, self.thresholds))
         self.reports.append(report)
         return report
+
+    def _memory_fit(self) -> dict | None:
+        """This replica's state against its device (:class:`allgpu.advice.MemoryFit` as a dict), or None."""
+        strategy = self.strategy
+        if self._model is None or getattr(strategy, "offload_to_cpu", False):  # shards and state in host memory
+            return None
+        sharded = getattr(strategy, "forward_is_collective", False)
+        from allgpu.strategies.memory_advice import device_capacity, measure, visible_replicas
+
+        total, source = (self._device_memory, "as given: device_memory= / --device-memory") if self._device_memory \
+            else device_capacity(self._device)
+        if total is None:
+            return None
+        # CentralStorageStrategy keeps the optimizer state on its central device, ParameterServerStrategy on the
+        # servers: the replica's device holds parameters and gradients only.
+        central = getattr(strategy, "central_device", None)
+        elsewhere = (central is not None and central.type != self._device.type) or hasattr(strategy, "server_stats")
+        optimizer = None if elsewhere else self._optimizer
+        return measure(self._model, optimizer, replicas=strategy.num_replicas_in_sync if sharded
+                       else visible_replicas(strategy), device_bytes=total,
+                       strategy="FullyShardedStrategy" if sharded else type(strategy).__name__,
+                       capacity_source=source).to_dict()
 
     def _median(self, name: str) -> float | None:
         values = self._per_step[name]

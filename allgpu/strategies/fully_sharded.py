@@ -34,6 +34,7 @@ from allgpu import keras as keras_support
 from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError, UnsupportedError
 from allgpu.mirror import ScopeRecorder, mirror_tensors
 from allgpu.runtime.cluster import tf_config_cluster
+from allgpu.strategies.meta_init import materialise, meta_roots
 from allgpu.strategies.mirrored import MirroredStrategy
 from allgpu.strategies.sharded_sync import ShardedGradientSync
 from allgpu.strategies.sharding_plan import describe, plan_units, validate_shard_modules
@@ -118,6 +119,8 @@ class FullyShardedStrategy(MirroredStrategy):
         self._sync = ShardedGradientSync(self._group)
         self._sharded: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
         self.plans: dict[str, str] = {}  # root class name -> plan in words (for logs and tests)
+        #: meta-device models: the most parameter bytes held in full at once while materialising (one module's)
+        self.init_full_bytes = 0
 
     def _cluster(self):
         """Multi-worker like ``MultiWorkerMirroredStrategy``: a launch-free start takes its place from ``TF_CONFIG``."""
@@ -135,7 +138,11 @@ class FullyShardedStrategy(MirroredStrategy):
 
         Every replica must run the same scope (it broadcasts and shards collectively); nested scopes shard when
         the outermost exits. Modules are born on the replica's device in full, then sharded, so one replica must
-        hold the whole model's parameters once at build time (not its gradients or optimizer state).
+        hold the whole model's parameters once at build time (not its gradients or optimizer state) -- unless
+        the model is built on the meta device (``with strategy.scope(), torch.device("meta"):``): then it is
+        sharded first and only the shards are materialised, one module's parameters in full at a time, each
+        initialised by its ``reset_parameters()`` under a seed from replica 0's ``torch.initial_seed()`` and the
+        module's name (:mod:`allgpu.strategies.meta_init`; the same on any replica count).
         """
         recorder, keras_models = _ModuleRecorder(), keras_support.ModelRecorder()
         with self._recording(recorder, keras_models):
@@ -161,7 +168,12 @@ class FullyShardedStrategy(MirroredStrategy):
         roots = [r for r in roots if not isinstance(r, FSDPModule) and any(True for _ in r.parameters())]
         if not roots:
             return
-        mirror_tensors([p for r in roots for p in r.parameters()] + buffers, self._group)
+        on_meta = meta_roots(roots)  # built under torch.device("meta"): shard first, then materialise the shards
+        if on_meta:
+            seed = self._group.broadcast_object(torch.initial_seed(), where="strategy.scope() exit (meta init seed)")
+            mirror_tensors([b for b in buffers if not b.is_meta], self._group)
+        else:
+            mirror_tensors([p for r in roots for p in r.parameters()] + buffers, self._group)
         replaced: dict[int, nn.Parameter] = {}
         originals: list[nn.Parameter] = []  # kept alive until optimizers are re-pointed, so their ids stay unique
         for root in roots:
@@ -171,6 +183,9 @@ class FullyShardedStrategy(MirroredStrategy):
             for unit in units:
                 fully_shard(unit, **self._fsdp_kwargs())
             fully_shard(root, **self._fsdp_kwargs())
+            if on_meta:
+                held = materialise(root, torch.device("cpu") if self.offload_to_cpu else self.device, seed)
+                self.init_full_bytes = max(self.init_full_bytes, held)
             after = dict(root.named_parameters(remove_duplicate=False))
             replaced.update({id(old): after[name] for name, old in before})
             originals.extend(old for _, old in before)
@@ -201,8 +216,11 @@ class FullyShardedStrategy(MirroredStrategy):
         if not isinstance(model, nn.Module):
             raise ArgumentTypeError(f"full_state_dict(model) takes a torch.nn.Module; got {type(model).__name__}.")
         if not isinstance(model, FSDPModule):
-            return {k: v.detach().cpu() for k, v in model.state_dict().items()} if self.is_chief else {}
-        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()} if self.is_chief else {}
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.num_replicas_in_sync == 1:  # one shard is the whole tensor: torch returns the live parameter itself
+            full = {k: v.detach().clone() for k, v in full.items()}
+        return full
 
     def close(self) -> None:
         super().close()

@@ -6,7 +6,8 @@ hold only one unit's gathered parameters at a time, which is where FSDP's peak-m
 
 Default plan: the outermost submodules whose class occurs more than once in the model (transformer blocks,
 residual stages; for a plain MLP, its Linear layers), as PyTorch's own FSDP2 examples shard each
-``TransformerBlock``. A candidate is skipped when it shares a parameter (a tied weight) with a module outside it:
+``TransformerBlock``; a container holding several composite blocks of one class (an ``nn.Sequential`` of
+blocks) is looked into rather than taken whole, even when its class repeats elsewhere. A candidate is skipped when it shares a parameter (a tied weight) with a module outside it:
 FSDP2 requires a shared parameter to belong to one group, their common ancestor's.
 """
 
@@ -107,7 +108,7 @@ def _default_units(root: nn.Module) -> list[nn.Module]:
 
     def visit(module: nn.Module) -> None:
         for child in module.children():
-            if (not isinstance(child, _NO_FORWARD) and counts[type(child)] > 1
+            if (not isinstance(child, _NO_FORWARD) and counts[type(child)] > 1 and not _stack(child)
                     and any(True for _ in child.parameters()) and not _shares_outside(child, root)):
                 units.append(child)
             else:
@@ -115,6 +116,13 @@ def _default_units(root: nn.Module) -> list[nn.Module]:
 
     visit(root)
     return units
+
+
+def _stack(module: nn.Module) -> bool:
+    """A container of repeated composite blocks (``nn.Sequential(*[Block() for _ in range(n)])``): its class may
+    repeat elsewhere (the blocks' own ``nn.Sequential`` MLPs), but the blocks, not the stack, are the units."""
+    composite = Counter(type(c) for c in module.children() if any(True for _ in c.children()))
+    return any(n > 1 for n in composite.values())
 
 
 def describe(units: Iterable[nn.Module]) -> str:

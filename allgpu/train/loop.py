@@ -116,7 +116,9 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     point.announce(epochs, strategy, verbose)
     history = History(point.history, point.history_epochs)
     progress = EpochProgress(verbose and strategy.is_chief, epochs, _steps_per_epoch(data, max_steps_per_epoch))
-    timer = StepMonitor(strategy, num_workers=getattr(data, "num_workers", None), enabled=bool(monitor))
+    timer = StepMonitor(strategy, num_workers=getattr(data, "num_workers", None), enabled=bool(monitor),
+                        model=model, optimizer=optimizer,
+                        device_memory=session.device_memory if session is not None else None)
     runner = EpochRunner(_compiled(model, strategy, compile), optimizer, loss_fn, strategy, precision, acc, timer,
                          plan, progress,
                          list(callbacks), max_steps_per_epoch,
