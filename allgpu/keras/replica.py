@@ -76,7 +76,7 @@ class KerasReplica:
         values = [v.value for v in model.variables if id(v) not in seeds and v.value is not None]
         optimizer = getattr(model, "optimizer", None)
         opt_values = [v.value for v in optimizer.variables] if optimizer is not None and optimizer.built else []
-        self.strategy._mirror(values, opt_values)
+        self.strategy._mirror_keras(model, values, opt_values)
         for state in _seed_states(model):
             if id(state) not in self._decorrelated and self.rank:
                 with torch.no_grad():

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from allgpu import keras as keras_support
@@ -135,10 +136,10 @@ class FullyShardedStrategy(MirroredStrategy):
         recorder, keras_models = _ModuleRecorder(), keras_support.ModelRecorder()
         with self._recording(recorder, keras_models):
             yield self
-        if keras_models.models:
-            _refuse_keras(keras_models.models[0])
         if self._scope_depth == 0:  # an enclosing scope's recorder saw everything; it shards the whole model
-            self._shard(recorder.roots(), recorder.buffers)
+            roots = [r for r in recorder.roots() if not keras_support.is_keras_model(r)]
+            self._shard(roots, recorder.buffers)
+        keras_support.adopt(self, keras_models.models)  # Keras models are sharded once built (_mirror_keras)
 
     def mirror(self, module: nn.Module) -> nn.Module:
         """Shard a module built outside ``scope()`` (broadcast from replica 0, then ``fully_shard``). Returns it.
@@ -146,7 +147,8 @@ class FullyShardedStrategy(MirroredStrategy):
         Build its optimizer afterwards, from the returned module's parameters. A collective.
         """
         if keras_support.is_keras_model(module):
-            _refuse_keras(module)
+            keras_support.adopt(self, [module])
+            return module
         if not isinstance(module, nn.Module):
             raise ArgumentTypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
         self._shard([module], list(module.buffers()))
@@ -176,6 +178,24 @@ class FullyShardedStrategy(MirroredStrategy):
         if self._check is not None:
             self._check.add(replaced.values())
 
+    def _mirror_keras(self, model, values: list, optimizer_values: list) -> None:
+        """Make a built Keras model's variables identical, then shard it (once) and its optimizer's slots."""
+        from allgpu.keras import sharded
+
+        fresh = [t for t in values + optimizer_values
+                 if id(t) not in self._mirrored_ids and not isinstance(t, DTensor)]
+        mirror_tensors(fresh, self._group)
+        self._mirrored_ids.update(id(t) for t in fresh)
+        if not sharded.is_sharded(model):
+            params = sharded.shard_model(model, self._fsdp_kwargs())
+            self._sync.attach(model)
+            self._sharded.add(model)
+            self.plans[type(model).__name__] = "one unit: the whole Keras model"
+            if self._check is not None:
+                self._check.add(params)
+                self._check.trust(model)
+        sharded.shard_optimizer_slots(getattr(model, "optimizer", None), model)
+
     def _fsdp_kwargs(self) -> dict:
         dtype = PRECISIONS[self.mixed_precision]
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else \
@@ -204,13 +224,6 @@ class FullyShardedStrategy(MirroredStrategy):
         if self._own_group and dist.is_initialized():
             dist.destroy_process_group()
             self._own_group = False
-
-
-def _refuse_keras(model) -> None:
-    raise UnsupportedError(
-        f"FullyShardedStrategy cannot train the Keras model {getattr(model, 'name', type(model).__name__)!r} yet: "
-        "Keras creates its variables lazily, after the scope has sharded what it saw. Fix: use "
-        "allgpu.MirroredStrategy() for Keras models (it runs the same code on every replica).")
 
 
 def _repoint_optimizers(replaced: dict[int, nn.Parameter]) -> None:
