@@ -13,6 +13,7 @@ from __future__ import annotations
 import keras
 
 WRITERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore, keras.callbacks.CSVLogger)
+SAVERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore)
 
 
 class ChiefWrites(keras.callbacks.Callback):
@@ -79,15 +80,28 @@ class EpochSync(keras.callbacks.Callback):
         self.data.set_epoch(epoch)
 
 
-def wrap_callbacks(callbacks, strategy, train_input) -> list | keras.callbacks.CallbackList | None:
+def wrap_callbacks(callbacks, strategy, train_input,
+                   sharded: bool = False) -> list | keras.callbacks.CallbackList | None:
     """The user's callbacks with file writers wrapped (several replicas) and the epoch sync added (training).
 
     A ``CallbackList`` (Keras passes one from ``fit`` to ``evaluate``) is returned unchanged.
+
+    Raises:
+        UnsupportedError: ``sharded`` (the model's variables are sharded across replicas) and a callback saves
+            the model: reading a sharded variable gathers it (a collective), so replica 0 saving alone would hang.
     """
     if isinstance(callbacks, keras.callbacks.CallbackList):
         return callbacks
     wrapped = []
     for cb in list(callbacks or []):
+        if sharded and isinstance(cb, SAVERS):
+            from allgpu.errors import UnsupportedError
+
+            raise UnsupportedError(
+                f"{type(cb).__name__} cannot save a Keras model sharded by {type(strategy).__name__} yet: replica 0 "
+                "would wait for the others to gather the shards. Fix: use allgpu.MirroredStrategy() with this "
+                "callback, or after fit call weights = model.get_weights() on every replica (it gathers the "
+                "shards) and save them where strategy.is_chief.")
         many = strategy.num_replicas_in_sync > 1
         wrapped.append(ChiefWrites(cb, strategy) if many and isinstance(cb, WRITERS) else cb)
     if train_input is not None:

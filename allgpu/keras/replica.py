@@ -105,6 +105,11 @@ class KerasReplica:
         model.train_function = self._train_step
         model.test_function = self._test_step
 
+    def _sharded(self) -> bool:
+        from allgpu.keras.sharded import is_sharded
+
+        return is_sharded(self.model)
+
     # -- steps (Keras's trainer calls these once per batch) --------------------------------------------------
     def _train_step(self, data):
         batch = data[0]
@@ -205,7 +210,8 @@ class KerasReplica:
                                              "on_test_batch_end")
         try:
             return self._fit(self.model, train, epochs=epochs, verbose=self._verbose(verbose),
-                             callbacks=wrap_callbacks(callbacks, self.strategy, train), validation_data=val,
+                             callbacks=wrap_callbacks(callbacks, self.strategy, train, self._sharded()),
+                             validation_data=val,
                              shuffle=False, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
                              validation_steps=validation_steps, validation_freq=validation_freq)
         finally:
@@ -220,7 +226,7 @@ class KerasReplica:
             self._prepare(x)
             self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_test_batch_end")
             y = sample_weight = batch_size = None
-            callbacks = wrap_callbacks(callbacks, self.strategy, None)
+            callbacks = wrap_callbacks(callbacks, self.strategy, None, self._sharded())
         return self._evaluate(self.model, x, y, batch_size=batch_size, verbose=self._verbose(verbose),
                               sample_weight=sample_weight, steps=steps, callbacks=callbacks,
                               return_dict=return_dict, **kwargs)
