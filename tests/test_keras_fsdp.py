@@ -39,6 +39,8 @@ class Subclassed(keras.Model):
 def build(kind):
     if kind == "sequential":  # lazily built: sharded inside the first fit
         return keras.Sequential([keras.layers.Dense(24, activation="tanh"), keras.layers.Dense(1)])
+    if kind == "input":  # built inside scope(), with the functional model Sequential makes inside it
+        return keras.Sequential([keras.Input((6,)), keras.layers.Dense(24, activation="tanh"), keras.layers.Dense(1)])
     if kind == "functional":  # built inside scope(): sharded at scope exit, before Adam builds its moments
         inputs = keras.Input((6,))
         return keras.Model(inputs, keras.layers.Dense(1)(keras.layers.Dense(24, activation="tanh")(inputs)))
@@ -78,11 +80,11 @@ def train(kind, sharded):
 @pytest.fixture(scope="module")
 def single():
     return {kind: allgpu.launch(train, num_replicas=1, args=(kind, False))[0]
-            for kind in ("sequential", "functional", "subclassed")}
+            for kind in ("sequential", "input", "functional", "subclassed")}
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("kind,replicas", [("sequential", 2), ("functional", 2), ("subclassed", 2),
+@pytest.mark.parametrize("kind,replicas", [("sequential", 2), ("input", 2), ("functional", 2), ("subclassed", 2),
                                            ("sequential", 4)])
 def test_sharded_replicas_match_one_replica(single, kind, replicas):
     weights1, history1, final1, predictions1, _ = single[kind]

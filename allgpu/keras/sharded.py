@@ -21,7 +21,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
-from allgpu.errors import UnsupportedError
+from allgpu.errors import ReplicaFailedError, UnsupportedError
 
 
 class ShardedVariable:
@@ -34,7 +34,14 @@ class ShardedVariable:
     def numpy(self):
         value = self.value
         if isinstance(value, DTensor):
-            value = value.full_tensor()
+            try:
+                value = value.full_tensor()
+            except RuntimeError as exc:  # a backend error: the peers are gone or elsewhere
+                raise ReplicaFailedError(
+                    f"reading the sharded Keras variable {self.path!r} gathers it from every replica (a collective),"
+                    " and another replica did not take part. Fix: call model.get_weights(), save_weights() or "
+                    "variable.numpy() on every replica (for example before `if strategy.is_chief:`), not on one."
+                ) from exc
         return value.detach().cpu().numpy()
 
     def __array__(self, dtype=None):
@@ -119,6 +126,9 @@ def shard_model(model, fsdp_kwargs: dict) -> list:
         UnsupportedError: a trainable variable is a scalar (FSDP2 shards dim 0) or not registered on any layer.
     """
     trainable = list(model.trainable_variables)
+    if any(isinstance(v, ShardedModelVariable) for v in trainable):
+        raise UnsupportedError(f"the Keras model {model.name!r} is part of a model already sharded by "
+                               "FullyShardedStrategy. Fix: train the outer model (its fit trains this one too).")
     for v in trainable:
         if v._value.ndim == 0:
             raise UnsupportedError(f"FullyShardedStrategy cannot shard the scalar trainable Keras variable {v.path!r} "
