@@ -60,7 +60,8 @@ class KerasReplica:
         self._batch_logs = True  # whether per-batch logs are shown or read (then each step's metrics are reduced)
         self._state_vars: list = []
         self._decorrelated: set[int] = set()
-        for name in ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "get_metrics_result"):
+        for name in ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
+                     "get_metrics_result"):
             object.__setattr__(model, name, getattr(self, name))
         object.__setattr__(model, "_allgpu_replica", self)
 
@@ -264,6 +265,11 @@ class KerasReplica:
         sizes = [size for size, _ in data.delivered]
         counts = self.strategy.gather(torch.tensor([[n for _, n in data.delivered]]), axis=0).cpu().numpy()
         return tree.map_structure(lambda a: self._in_input_order(a, sizes, counts), local)
+
+    def predict_on_batch(self, x):
+        """``keras.Model.predict_on_batch`` with ``x`` a global batch: each replica predicts its slice and the
+        predictions are gathered, in input order, on every replica (NumPy, as Keras returns). A collective."""
+        return self.predict(x, batch_size=_leading(x), verbose=0)
 
     def _in_input_order(self, array, sizes: list[int], counts: np.ndarray) -> np.ndarray:
         gathered = self.strategy.gather(torch.as_tensor(np.asarray(array)), axis=0).cpu().numpy()
