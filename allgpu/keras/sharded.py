@@ -173,8 +173,8 @@ def shard_optimizer_slots(optimizer, model) -> int:
     its rows of a value that is identical everywhere). Returns how many slots were sharded now.
 
     Raises:
-        UnsupportedError: a slot named after a sharded variable has another shape (a factored optimizer such as
-            Adafactor), which cannot be updated shard by shard.
+        UnsupportedError: a non-scalar optimizer variable that is not such a slot (a factored optimizer such as
+            Adafactor keeps row and column statistics), which cannot be updated shard by shard.
     """
     if optimizer is None or not optimizer.built:
         return 0
@@ -182,14 +182,15 @@ def shard_optimizer_slots(optimizer, model) -> int:
                if isinstance(v, ShardedModelVariable)}
     count = 0
     for slot in optimizer.variables:
-        owner = next((v for prefix, v in sharded.items() if slot.name.startswith(prefix)), None)
-        if owner is None or isinstance(slot.value, DTensor):
+        if isinstance(slot.value, DTensor) or slot.value.ndim == 0:  # sharded already, or a replicated scalar
             continue
-        if tuple(slot.shape) != tuple(owner.shape):
+        owner = next((v for prefix, v in sharded.items() if slot.name.startswith(prefix)), None)
+        if owner is None or tuple(slot.shape) != tuple(owner.shape):
             raise UnsupportedError(
-                f"{type(optimizer).__name__} keeps {slot.name!r} with shape {tuple(slot.shape)} for a variable of "
-                f"shape {tuple(owner.shape)}; FullyShardedStrategy shards optimizer state row by row like the "
-                "variable. Fix: use an elementwise optimizer (Adam, AdamW, SGD, RMSprop...) or MirroredStrategy.")
+                f"{type(optimizer).__name__} keeps {slot.name!r} with shape {tuple(slot.shape)}, not the shape of "
+                "the model variable it belongs to; FullyShardedStrategy shards optimizer state row by row like "
+                "the variable. Fix: use an elementwise optimizer (Adam, AdamW, SGD, RMSprop, Nadam, Lion...) or "
+                "MirroredStrategy.")
         param = owner.value
         local = distribute_tensor(slot._value.detach(), param.device_mesh, param.placements, src_data_rank=None)
         slot._value = nn.Parameter(local, requires_grad=False)
@@ -201,15 +202,3 @@ def shard_optimizer_slots(optimizer, model) -> int:
 def is_sharded(model) -> bool:
     """Whether ``model`` has been sharded by :func:`shard_model`."""
     return isinstance(model, FSDPModule)
-
-
-def held_bytes(model) -> tuple[int, int]:
-    """(bytes of trainable parameters this replica holds, bytes of the whole model's trainable parameters)."""
-    mine = whole = 0
-    for v in model.trainable_variables:
-        value = v.value
-        size = value.element_size()
-        local = value.to_local() if isinstance(value, DTensor) else value
-        mine += local.numel() * size
-        whole += value.numel() * size
-    return mine, whole
