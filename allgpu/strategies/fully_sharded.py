@@ -11,6 +11,10 @@ fallback); what differs is what ``scope()`` does on exit:
 3. optimizers built inside (over the not-yet-sharded parameters, as users write them) are pointed at the sharded
    parameters, so their state is sharded too.
 
+Keras models (PyTorch backend) built inside are sharded once Keras has built them (at scope exit when built
+there, else at the first ``fit`` / ``evaluate`` / ``predict``), with their Keras optimizer's state, by
+:mod:`allgpu.keras.sharded` (each Keras model is one FSDP unit).
+
 Forward all-gathers a unit's parameters and frees them afterwards (``reshard_after_forward=True``); backward
 all-gathers again, computes and reduce-scatters the gradients: each replica receives the average gradient of its
 own shard. ``accumulate(k)`` / ``no_sync`` skip the reduce-scatter on non-final micro-batches.
@@ -131,7 +135,8 @@ class FullyShardedStrategy(MirroredStrategy):
 
         Every replica must run the same scope (it broadcasts and shards collectively); nested scopes shard when
         the outermost exits. Modules are born on the replica's device in full, then sharded, so one replica must
-        hold the whole model's parameters once at build time (not its gradients or optimizer state).
+        hold the whole model's parameters once at build time (not its gradients or optimizer state). Keras models
+        are sharded when Keras has built them (:meth:`_mirror_keras`); their ``fit`` etc. train on every replica.
         """
         recorder, keras_models = _ModuleRecorder(), keras_support.ModelRecorder()
         with self._recording(recorder, keras_models):
@@ -144,7 +149,8 @@ class FullyShardedStrategy(MirroredStrategy):
     def mirror(self, module: nn.Module) -> nn.Module:
         """Shard a module built outside ``scope()`` (broadcast from replica 0, then ``fully_shard``). Returns it.
 
-        Build its optimizer afterwards, from the returned module's parameters. A collective.
+        Build its optimizer afterwards, from the returned module's parameters. A Keras model is adopted as if
+        built in ``scope()`` (sharded once built, with its compiled optimizer's state). A collective.
         """
         if keras_support.is_keras_model(module):
             keras_support.adopt(self, [module])
@@ -179,7 +185,11 @@ class FullyShardedStrategy(MirroredStrategy):
             self._check.add(replaced.values())
 
     def _mirror_keras(self, model, values: list, optimizer_values: list) -> None:
-        """Make a built Keras model's variables identical, then shard it (once) and its optimizer's slots."""
+        """Make a built Keras model's variables identical, then shard it (once) and its optimizer's slots.
+
+        Called by :class:`allgpu.keras.replica.KerasReplica` whenever the model or its optimizer has built new
+        variables. A collective. Raises UnsupportedError for what :mod:`allgpu.keras.sharded` cannot shard.
+        """
         from allgpu.keras import sharded
 
         fresh = [t for t in values + optimizer_values
