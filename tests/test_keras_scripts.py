@@ -39,8 +39,7 @@ class KillReplica1(keras.callbacks.Callback):
             os._exit(3)
 
 backup = keras.callbacks.BackupAndRestore(os.environ.get("BACKUP", "backup"), delete_checkpoint=False)
-callbacks = [] if which == "fully_sharded" else [backup, KillReplica1()]  # checkpoint callbacks: not sharded yet
-history = model.fit(x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, callbacks=callbacks)
+history = model.fit(x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, callbacks=[backup, KillReplica1()])
 weights = [float(w.sum()) for w in model.get_weights()]  # on every replica: gathers the shards when sharded
 if strategy.is_chief:
     print("RESULT", json.dumps({"epochs": len(history.history["loss"]), "loss": history.history["loss"],
@@ -100,7 +99,8 @@ def test_same_script_under_fully_sharded_strategy_with_allgpu_run(run_script, tm
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
     run = subprocess.run([sys.executable, "-m", "allgpu.cli.main", "run", "--cpu-replicas", "2", str(script),
-                          "fully_sharded"], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+                          "fully_sharded"], capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                         env={**os.environ, "BACKUP": str(tmp_path / "b2")})
     sharded = _result(run)
     assert sharded["replicas"] == 2
     assert sharded["weights"] == pytest.approx(one["weights"], rel=1e-4, abs=1e-5)
