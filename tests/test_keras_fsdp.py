@@ -155,7 +155,13 @@ def _save_and_restore(directory, sharded):
     model.fit(x, y, batch_size=BATCH, epochs=3, shuffle=False, verbose=0, callbacks=callbacks())
     model.set_weights([np.zeros_like(w) for w in model.get_weights()])  # only a restore from disk brings them back
     history = model.fit(x, y, batch_size=BATCH, epochs=6, shuffle=False, verbose=0, callbacks=callbacks())
-    return len(history.history["loss"]), [w.copy() for w in model.get_weights()]
+    weights = [w.copy() for w in model.get_weights()]
+    path = os.path.join(directory, f"model{strategy.replica_id_in_sync}.keras")
+    model.save(path)  # gathers the shards (every replica calls it; each writes its own file here)
+    loaded = keras.models.load_model(path)
+    assert all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), weights))
+    os.remove(path)
+    return len(history.history["loss"]), weights
 
 
 @pytest.mark.timeout(120)

@@ -14,7 +14,8 @@ instance (the class and the user's subclass stay untouched) and sets Keras's own
 - metric state is summed across replicas whenever results are read (``tf.distribute``'s sync-on-read metric
   variables), so History, the progress bar, callbacks and ``evaluate`` see global values, identical everywhere;
 - non-trainable floating-point state (BatchNormalization's moving statistics) is averaged after each step, as
-  ``tf.distribute`` aggregates it (``MEAN``), so replicas stay identical;
+  ``tf.distribute`` aggregates it (``MEAN``), so replicas stay identical (a variable frozen after sharding keeps
+  its shards: it is the same everywhere without averaging);
 - only replica 0 prints progress; checkpoint-writing callbacks write from replica 0 only
   (:mod:`allgpu.keras.callbacks`).
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch.distributed.tensor import DTensor
 
 from allgpu.errors import UnsupportedError
 from allgpu.keras.callbacks import wrap_callbacks
@@ -85,7 +87,7 @@ class KerasReplica:
             self._decorrelated.add(id(state))
         self._state_vars = [v for v in model.non_trainable_variables
                             if id(v) not in seeds and v.aggregation not in ("sum", "only_first_replica")
-                            and torch.is_floating_point(v.value)]
+                            and torch.is_floating_point(v.value) and not isinstance(v.value, DTensor)]
 
     def _prepare(self, data: ShardedInput) -> None:
         import keras
@@ -98,9 +100,10 @@ class KerasReplica:
         model = self.model
         batch = data.peek()
         with torch.no_grad():  # Keras builds lazily; build now to mirror before step 1
-            if getattr(model, "compiled", False):
+            has_targets = isinstance(batch, tuple) and len(batch) > 1 and batch[1] is not None
+            if getattr(model, "compiled", False) and has_targets:
                 model._symbolic_build(data_batch=batch)
-            elif not model.built:  # predict() of a model never compiled: build it by calling it
+            elif not model.built:  # predict() (no targets to build the loss from): build it by calling it
                 model(batch[0] if isinstance(batch, tuple) else batch)
         self.mirror_built_variables()
         model.train_function = self._train_step

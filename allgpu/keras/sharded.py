@@ -142,7 +142,12 @@ def shard_model(model, fsdp_kwargs: dict) -> list:
     trainable_ids = {id(v._value) for v in trainable}
     ignored = {p for p in model.parameters() if id(p) not in trainable_ids}
     placed = [(v, homes[id(v._value)]) for v in trainable]
+    original = type(model)
     fully_shard(model, ignored_params=ignored, **fsdp_kwargs)
+    # FSDP2 swaps in a subclass named FSDP<Class>; Keras serialises models by class name (model.save, get_config).
+    fsdp_class = type(model)
+    fsdp_class.__name__, fsdp_class.__qualname__ = original.__name__, original.__qualname__
+    fsdp_class.__module__ = original.__module__
     originals = {id(v._value): v for v, _ in placed}
     for variable, home in placed:
         variable.__dict__.pop("_value", None)
