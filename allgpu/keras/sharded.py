@@ -32,6 +32,8 @@ class ShardedVariable:
     """
 
     def numpy(self):
+        from keras.src.backend.torch.core import convert_to_numpy  # bfloat16 as Keras returns it
+
         value = self.value
         if isinstance(value, DTensor):
             try:
@@ -42,7 +44,7 @@ class ShardedVariable:
                     " and another replica did not take part. Fix: call model.get_weights(), save_weights() or "
                     "variable.numpy() on every replica (for example before `if strategy.is_chief:`), not on one."
                 ) from exc
-        return value.detach().cpu().numpy()
+        return convert_to_numpy(value)
 
     def __array__(self, dtype=None):
         array = self.numpy()
@@ -123,7 +125,8 @@ def shard_model(model, fsdp_kwargs: dict) -> list:
     Returns the sharded parameters (``DTensor``), one per trainable variable.
 
     Raises:
-        UnsupportedError: a trainable variable is a scalar (FSDP2 shards dim 0) or not registered on any layer.
+        UnsupportedError: a trainable variable is a scalar (FSDP2 shards dim 0) or not registered on any layer;
+            trainable variables of several dtypes; the model is part of a model already sharded.
     """
     trainable = list(model.trainable_variables)
     if any(isinstance(v, ShardedModelVariable) for v in trainable):
@@ -134,6 +137,13 @@ def shard_model(model, fsdp_kwargs: dict) -> list:
             raise UnsupportedError(f"FullyShardedStrategy cannot shard the scalar trainable Keras variable {v.path!r} "
                                    "(FSDP2 shards dimension 0). Fix: give it shape (1,), or use MirroredStrategy.")
     _track_everywhere(model)
+    dtypes = sorted({str(v._value.dtype).replace("torch.", "") for v in trainable})
+    if len(dtypes) > 1:  # FSDP2 gathers one unit's parameters as one flat buffer of one dtype
+        raise UnsupportedError(f"the Keras model {model.name!r} has trainable variables of several dtypes "
+                               f"({', '.join(dtypes)}); FullyShardedStrategy shards a Keras model as one unit of "
+                               "one dtype. Fix: keep variables in one dtype (for bfloat16 compute use "
+                               "keras.mixed_precision.set_global_policy('mixed_bfloat16')), or use "
+                               "MirroredStrategy.")
     homes = _homes(model)
     missing = [v.path for v in trainable if id(v._value) not in homes]
     if missing:
