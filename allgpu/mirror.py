@@ -115,6 +115,12 @@ class MirrorCheck:
         for p in params:
             registry[id(p)] = weakref.ref(p, lambda _, key=id(p): registry.pop(key, None))
 
+    def trust(self, module: torch.nn.Module) -> None:
+        """Skip the check for ``module`` and its submodules: a wrapper that swaps their parameters in and out
+        (FSDP2 around a Keras model, whose layers compute with all-gathered copies) has synchronised them."""
+        for sub in module.modules():
+            self._verified.add(sub)
+
     def is_mirrored(self, param: torch.Tensor) -> bool:
         ref = self._mirrored.get(id(param))
         return ref is not None and ref() is param

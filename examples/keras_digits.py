@@ -2,6 +2,7 @@
 
     python examples/keras_digits.py                 # 2 CPU replicas (or one per GPU: MirroredStrategy())
     python examples/keras_digits.py --replicas 4
+    python examples/keras_digits.py --strategy fully_sharded   # each replica holds ~1/N of weights and Adam state
 
 Trains a small CNN on scikit-learn's bundled handwritten digits (1,797 real 8x8 images, no download) with
 model.fit at a global batch of 64 split across the replicas, prints progress on replica 0 only, and exits with
@@ -27,9 +28,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--strategy", choices=["mirrored", "fully_sharded"], default="mirrored")
     args = parser.parse_args()
 
-    strategy = allgpu.MirroredStrategy(num_replicas=args.replicas)   # tf.distribute.MirroredStrategy()
+    if args.strategy == "mirrored":
+        strategy = allgpu.MirroredStrategy(num_replicas=args.replicas)   # tf.distribute.MirroredStrategy()
+    else:
+        strategy = allgpu.FullyShardedStrategy(num_replicas=args.replicas)
     keras.utils.set_random_seed(0)
     digits = load_digits()
     x = (digits.images / 16.0).astype("float32")[..., None]          # (1797, 8, 8, 1), channels last

@@ -153,22 +153,39 @@ def test_bfloat16_batchnorm_dropout_subclassed_train_and_stay_identical():
     assert np.array_equal(mean0, mean1) and np.abs(mean0).sum() > 0
 
 
+class Counting(Subclassed):
+    """Notes the size of each real (not symbolic) batch it is called on."""
+
+    def call(self, x):
+        if not isinstance(x, keras.KerasTensor) and str(x.device) != "meta":
+            self.sizes.append(int(x.shape[0]))
+        return super().call(x)
+
+
 def _predict():
     strategy = allgpu.MirroredStrategy()
     keras.utils.set_random_seed(strategy.replica_id_in_sync)
     x, _ = regression_data()
     with strategy.scope():
-        model = build("sequential")
-    return model.predict(x[:103], batch_size=BATCH, verbose=0)  # last global batch of 7: 2 each, padded on 4
+        model = Counting()
+        model.compile(optimizer="adam", loss="mse")  # compiled, never fit: predict builds it without targets
+    model.sizes = []
+    predictions = model.predict(x[:103], batch_size=BATCH, verbose=0)  # last global batch of 7: 2 each, padded on 4
+    model.sizes.clear()
+    on_batch = model.predict_on_batch(x[:7]), model.predict_on_batch(x[10:13])  # 3 < 4 replicas
+    return (predictions, *on_batch), list(model.sizes)
 
 
 @pytest.mark.timeout(120)
 def test_predict_returns_every_example_once_in_input_order():
-    one = allgpu.launch(_predict, num_replicas=1)[0]
-    for replicas in (2, 4):
-        for got in allgpu.launch(_predict, num_replicas=replicas):
-            assert got.shape == (103, 1)
-            np.testing.assert_allclose(got, one, rtol=1e-5, atol=1e-6)
+    one, sizes = allgpu.launch(_predict, num_replicas=1)[0]
+    assert sizes == [7, 3]
+    for replicas, slices in ((2, [[4, 2], [3, 1]]), (4, [[2, 1], [2, 1], [2, 1], [1, 1]])):
+        for rank, (got, sizes) in enumerate(allgpu.launch(_predict, num_replicas=replicas)):
+            assert sizes == slices[rank]  # predict_on_batch split the global batch (padded past 3 examples)
+            assert [g.shape for g in got] == [(103, 1), (7, 1), (3, 1)]
+            for g, want in zip(got, one):  # predict and predict_on_batch: the one-replica predictions
+                np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
 
 
 def _shuffled(source):

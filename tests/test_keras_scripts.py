@@ -22,7 +22,8 @@ import keras, numpy as np, allgpu
 which = sys.argv[1]
 strategy = {"one": lambda: allgpu.OneDeviceStrategy("/cpu:0"),
             "mirrored": lambda: allgpu.MirroredStrategy(num_replicas=2),
-            "multi_worker": lambda: allgpu.MultiWorkerMirroredStrategy()}[which]()
+            "multi_worker": lambda: allgpu.MultiWorkerMirroredStrategy(),
+            "fully_sharded": lambda: allgpu.FullyShardedStrategy()}[which]()
 keras.utils.set_random_seed(0)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(192, 5)).astype("float32")
@@ -39,9 +40,10 @@ class KillReplica1(keras.callbacks.Callback):
 
 backup = keras.callbacks.BackupAndRestore(os.environ.get("BACKUP", "backup"), delete_checkpoint=False)
 history = model.fit(x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, callbacks=[backup, KillReplica1()])
+weights = [float(w.sum()) for w in model.get_weights()]  # on every replica: gathers the shards when sharded
 if strategy.is_chief:
     print("RESULT", json.dumps({"epochs": len(history.history["loss"]), "loss": history.history["loss"],
-                                "weights": [float(w.sum()) for w in model.get_weights()],
+                                "weights": weights,
                                 "replicas": strategy.num_replicas_in_sync}))
 '''
 
@@ -91,16 +93,15 @@ def test_keras_digits_example_reaches_95_percent_on_two_replicas():
     assert proc.stdout.count("Epoch 1/6") == 1  # progress from replica 0 only
 
 
-def test_a_keras_model_under_fully_sharded_strategy_is_refused_clearly(run_script):
-    """Keras's lazily built variables cannot be sharded at scope exit yet: say so and name the fix, rather than a
-    misleading 'created outside strategy.scope()'."""
-    result = run_script(
-        "import os\nos.environ['KERAS_BACKEND'] = 'torch'\n"
-        "import keras, allgpu\n"
-        "strategy = allgpu.FullyShardedStrategy(num_replicas=1)\n"
-        "with strategy.scope():\n"
-        "    model = keras.Sequential([keras.layers.Dense(4)])\n",
-        timeout=120)
-    assert result.returncode != 0
-    assert "UnsupportedError" in result.stderr and "use allgpu.MirroredStrategy() for Keras" in result.stderr
-    assert "outside strategy.scope()" not in result.stderr
+@pytest.mark.timeout(300)
+def test_same_script_under_fully_sharded_strategy_with_allgpu_run(run_script, tmp_path):
+    one = _result(run_script(SCRIPT, "one", env={"BACKUP": str(tmp_path / "b1")}, timeout=240))
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    run = subprocess.run([sys.executable, "-m", "allgpu.cli.main", "run", "--cpu-replicas", "2", str(script),
+                          "fully_sharded"], capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                         env={**os.environ, "BACKUP": str(tmp_path / "b2")})
+    sharded = _result(run)
+    assert sharded["replicas"] == 2
+    assert sharded["weights"] == pytest.approx(one["weights"], rel=1e-4, abs=1e-5)
+    assert sharded["loss"] == pytest.approx(one["loss"], rel=1e-4)

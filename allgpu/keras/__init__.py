@@ -91,7 +91,7 @@ def adopt(strategy, models: list) -> list:
     from allgpu.keras.replica import KerasReplica
 
     replicas = []
-    for model in models:
+    for model in _outermost(models):
         replica = model.__dict__.get("_allgpu_replica")
         if replica is None or replica.strategy is not strategy:
             replica = KerasReplica(model, strategy)
@@ -104,3 +104,13 @@ def adopt(strategy, models: list) -> list:
         if replica.model.built:
             replica.mirror_built_variables()
     return replicas
+
+
+def _outermost(models: list) -> list:
+    """``models`` without those nested in another of them (a ``Sequential`` built with an ``Input`` makes its own
+    functional model inside): the outer model's variables include theirs, and it is the one trained."""
+    inner = set()
+    for model in models:
+        nested = [*model.modules(), *model._flatten_layers(include_self=False)]
+        inner.update(id(m) for m in nested if m is not model)
+    return [m for m in models if id(m) not in inner]

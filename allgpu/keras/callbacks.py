@@ -1,7 +1,9 @@
 """Keras callbacks on several replicas: files are written by replica 0 only; restores happen on every replica.
 
 Every replica runs the same callbacks with the same (global) logs, so decisions such as ``EarlyStopping``'s are
-identical everywhere. Callbacks that write files (``ModelCheckpoint``, ``BackupAndRestore``, ``CSVLogger``) are
+identical everywhere. For a model sharded across replicas (``FullyShardedStrategy``), saving gathers the shards,
+a collective, so ``ModelCheckpoint`` and ``BackupAndRestore`` run on every replica instead
+(:class:`EveryReplicaSaves`: replica 0 writes where asked, the others into a temporary folder). Callbacks that write files (``ModelCheckpoint``, ``BackupAndRestore``, ``CSVLogger``) are
 wrapped in :class:`ChiefWrites`: on replicas other than 0 their hooks are not called, except
 ``BackupAndRestore.on_train_begin``, which restores the backup on every replica. A barrier after each epoch's
 writes (and before a restore) means no replica reads a file replica 0 is still writing. This is
@@ -10,9 +12,14 @@ writes (and before a restore) means no replica reads a file replica 0 is still w
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import keras
 
 WRITERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore, keras.callbacks.CSVLogger)
+SAVERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore)
 
 
 class ChiefWrites(keras.callbacks.Callback):
@@ -53,6 +60,72 @@ class ChiefWrites(keras.callbacks.Callback):
         self.strategy.barrier()
 
 
+class EveryReplicaSaves(keras.callbacks.Callback):
+    """A saving callback on a sharded model: every replica runs it, replica 0 writes where it was told.
+
+    Reading a sharded variable gathers it from every replica (a collective), so replica 0 cannot save alone. The
+    other replicas run the same hooks with the same logs (so the same saves, in the same order) but write into a
+    private temporary folder, removed at the end of training; ``BackupAndRestore`` restores from replica 0's
+    folder on every replica (each keeps its shard of the restored weights).
+    """
+
+    def __init__(self, inner: keras.callbacks.Callback, strategy):
+        super().__init__()
+        self.inner = inner
+        self.strategy = strategy
+        self.chief = strategy.is_chief
+        self._real: dict[str, str] = {}
+        self._scratch: str | None = None
+
+    def set_model(self, model):
+        super().set_model(model)
+        self.inner.set_model(model)
+
+    def set_params(self, params):
+        super().set_params(params)
+        self.inner.set_params(params)
+
+    def on_train_begin(self, logs=None):
+        self.strategy.barrier()  # a backup written by a previous fit on replica 0 is complete
+        self.inner.on_train_begin(logs)  # restores (BackupAndRestore) from replica 0's files, everywhere
+        if not self.chief:
+            self._redirect()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.inner.on_epoch_end(epoch, logs)
+        self.strategy.barrier()
+
+    def on_train_end(self, logs=None):
+        self.inner.on_train_end(logs)
+        self.strategy.barrier()
+        if self._real:
+            for name, value in self._real.items():
+                setattr(self.inner, name, value)
+            self._real = {}
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _redirect(self) -> None:
+        self._scratch = tempfile.mkdtemp(prefix="allgpu-keras-replica-")
+        inner = self.inner
+        if isinstance(inner, keras.callbacks.ModelCheckpoint):
+            self._real = {"filepath": inner.filepath}
+            inner.filepath = os.path.join(self._scratch, os.path.basename(inner.filepath))
+            return
+        names = ("backup_dir", "_weights_path", "_training_metadata_path", "_prev_weights_path",
+                 "_prev_training_metadata_path")
+        self._real = {name: getattr(inner, name) for name in names}
+        real_dir = inner.backup_dir
+        for name in names:  # the same files, under the scratch folder
+            setattr(inner, name, self._scratch + self._real[name][len(real_dir):])
+
+
+def _passed_on(name):
+    def hook(self, *args, **kwargs):
+        getattr(self.inner, name)(*args, **kwargs)
+    hook.__name__ = name
+    return hook
+
+
 def _chief_only(name):
     def hook(self, *args, **kwargs):
         if self.chief:
@@ -65,6 +138,7 @@ for _name in ("on_epoch_begin", "on_train_batch_begin", "on_train_batch_end", "o
               "on_test_batch_begin", "on_test_batch_end", "on_predict_begin", "on_predict_end",
               "on_predict_batch_begin", "on_predict_batch_end"):
     setattr(ChiefWrites, _name, _chief_only(_name))
+    setattr(EveryReplicaSaves, _name, _passed_on(_name))
 
 
 class EpochSync(keras.callbacks.Callback):
@@ -79,16 +153,23 @@ class EpochSync(keras.callbacks.Callback):
         self.data.set_epoch(epoch)
 
 
-def wrap_callbacks(callbacks, strategy, train_input) -> list | keras.callbacks.CallbackList | None:
+def wrap_callbacks(callbacks, strategy, train_input,
+                   sharded: bool = False) -> list | keras.callbacks.CallbackList | None:
     """The user's callbacks with file writers wrapped (several replicas) and the epoch sync added (training).
 
     A ``CallbackList`` (Keras passes one from ``fit`` to ``evaluate``) is returned unchanged.
+
+    ``sharded``: the model's variables are sharded across replicas, so ``ModelCheckpoint`` and
+    ``BackupAndRestore`` run on every replica (:class:`EveryReplicaSaves`) instead of replica 0 alone.
     """
     if isinstance(callbacks, keras.callbacks.CallbackList):
         return callbacks
     wrapped = []
+    many = strategy.num_replicas_in_sync > 1
     for cb in list(callbacks or []):
-        many = strategy.num_replicas_in_sync > 1
+        if sharded and isinstance(cb, SAVERS) and many:
+            wrapped.append(EveryReplicaSaves(cb, strategy))
+            continue
         wrapped.append(ChiefWrites(cb, strategy) if many and isinstance(cb, WRITERS) else cb)
     if train_input is not None:
         wrapped.insert(0, EpochSync(train_input))

@@ -14,7 +14,8 @@ instance (the class and the user's subclass stay untouched) and sets Keras's own
 - metric state is summed across replicas whenever results are read (``tf.distribute``'s sync-on-read metric
   variables), so History, the progress bar, callbacks and ``evaluate`` see global values, identical everywhere;
 - non-trainable floating-point state (BatchNormalization's moving statistics) is averaged after each step, as
-  ``tf.distribute`` aggregates it (``MEAN``), so replicas stay identical;
+  ``tf.distribute`` aggregates it (``MEAN``), so replicas stay identical (a variable frozen after sharding keeps
+  its shards: it is the same everywhere without averaging);
 - only replica 0 prints progress; checkpoint-writing callbacks write from replica 0 only
   (:mod:`allgpu.keras.callbacks`).
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch.distributed.tensor import DTensor
 
 from allgpu.errors import UnsupportedError
 from allgpu.keras.callbacks import wrap_callbacks
@@ -60,7 +62,8 @@ class KerasReplica:
         self._batch_logs = True  # whether per-batch logs are shown or read (then each step's metrics are reduced)
         self._state_vars: list = []
         self._decorrelated: set[int] = set()
-        for name in ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "get_metrics_result"):
+        for name in ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
+                     "get_metrics_result"):
             object.__setattr__(model, name, getattr(self, name))
         object.__setattr__(model, "_allgpu_replica", self)
 
@@ -76,7 +79,7 @@ class KerasReplica:
         values = [v.value for v in model.variables if id(v) not in seeds and v.value is not None]
         optimizer = getattr(model, "optimizer", None)
         opt_values = [v.value for v in optimizer.variables] if optimizer is not None and optimizer.built else []
-        self.strategy._mirror(values, opt_values)
+        self.strategy._mirror_keras(model, values, opt_values)
         for state in _seed_states(model):
             if id(state) not in self._decorrelated and self.rank:
                 with torch.no_grad():
@@ -84,7 +87,7 @@ class KerasReplica:
             self._decorrelated.add(id(state))
         self._state_vars = [v for v in model.non_trainable_variables
                             if id(v) not in seeds and v.aggregation not in ("sum", "only_first_replica")
-                            and torch.is_floating_point(v.value)]
+                            and torch.is_floating_point(v.value) and not isinstance(v.value, DTensor)]
 
     def _prepare(self, data: ShardedInput) -> None:
         import keras
@@ -97,13 +100,19 @@ class KerasReplica:
         model = self.model
         batch = data.peek()
         with torch.no_grad():  # Keras builds lazily; build now to mirror before step 1
-            if getattr(model, "compiled", False):
+            has_targets = isinstance(batch, tuple) and len(batch) > 1 and batch[1] is not None
+            if getattr(model, "compiled", False) and has_targets:
                 model._symbolic_build(data_batch=batch)
-            elif not model.built:  # predict() of a model never compiled: build it by calling it
+            elif not model.built:  # predict() (no targets to build the loss from): build it by calling it
                 model(batch[0] if isinstance(batch, tuple) else batch)
         self.mirror_built_variables()
         model.train_function = self._train_step
         model.test_function = self._test_step
+
+    def _sharded(self) -> bool:
+        from allgpu.keras.sharded import is_sharded
+
+        return is_sharded(self.model)
 
     # -- steps (Keras's trainer calls these once per batch) --------------------------------------------------
     def _train_step(self, data):
@@ -205,7 +214,8 @@ class KerasReplica:
                                              "on_test_batch_end")
         try:
             return self._fit(self.model, train, epochs=epochs, verbose=self._verbose(verbose),
-                             callbacks=wrap_callbacks(callbacks, self.strategy, train), validation_data=val,
+                             callbacks=wrap_callbacks(callbacks, self.strategy, train, self._sharded()),
+                             validation_data=val,
                              shuffle=False, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
                              validation_steps=validation_steps, validation_freq=validation_freq)
         finally:
@@ -220,7 +230,7 @@ class KerasReplica:
             self._prepare(x)
             self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_test_batch_end")
             y = sample_weight = batch_size = None
-            callbacks = wrap_callbacks(callbacks, self.strategy, None)
+            callbacks = wrap_callbacks(callbacks, self.strategy, None, self._sharded())
         return self._evaluate(self.model, x, y, batch_size=batch_size, verbose=self._verbose(verbose),
                               sample_weight=sample_weight, steps=steps, callbacks=callbacks,
                               return_dict=return_dict, **kwargs)
@@ -258,6 +268,11 @@ class KerasReplica:
         sizes = [size for size, _ in data.delivered]
         counts = self.strategy.gather(torch.tensor([[n for _, n in data.delivered]]), axis=0).cpu().numpy()
         return tree.map_structure(lambda a: self._in_input_order(a, sizes, counts), local)
+
+    def predict_on_batch(self, x):
+        """``keras.Model.predict_on_batch`` with ``x`` a global batch: each replica predicts its slice and the
+        predictions are gathered, in input order, on every replica (NumPy, as Keras returns). A collective."""
+        return self.predict(x, batch_size=_leading(x), verbose=0)
 
     def _in_input_order(self, array, sizes: list[int], counts: np.ndarray) -> np.ndarray:
         gathered = self.strategy.gather(torch.as_tensor(np.asarray(array)), axis=0).cpu().numpy()

@@ -178,6 +178,10 @@ class Strategy(TFNames):
         if self._check is not None:
             self._check.add(params)
 
+    def _mirror_keras(self, model, values: list, optimizer_values: list) -> None:
+        """Mirror a Keras model's built variables (called by :class:`allgpu.keras.replica.KerasReplica`)."""
+        self._mirror(values, optimizer_values)
+
     def compile(self, model: torch.nn.Module, *, backend="inductor", **compile_kwargs) -> torch.nn.Module:
         """``torch.compile(model)`` with the graph split at this strategy's gradient-bucket boundaries.
 

@@ -11,6 +11,10 @@ fallback); what differs is what ``scope()`` does on exit:
 3. optimizers built inside (over the not-yet-sharded parameters, as users write them) are pointed at the sharded
    parameters, so their state is sharded too.
 
+Keras models (PyTorch backend) built inside are sharded once Keras has built them (at scope exit when built
+there, else at the first ``fit`` / ``evaluate`` / ``predict``), with their Keras optimizer's state, by
+:mod:`allgpu.keras.sharded` (each Keras model is one FSDP unit).
+
 Forward all-gathers a unit's parameters and frees them afterwards (``reshard_after_forward=True``); backward
 all-gathers again, computes and reduce-scatters the gradients: each replica receives the average gradient of its
 own shard. ``accumulate(k)`` / ``no_sync`` skip the reduce-scatter on non-final micro-batches.
@@ -28,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from allgpu import keras as keras_support
@@ -142,23 +147,26 @@ class FullyShardedStrategy(MirroredStrategy):
         the model is built on the meta device (``with strategy.scope(), torch.device("meta"):``): then it is
         sharded first and only the shards are materialised, one module's parameters in full at a time, each
         initialised by its ``reset_parameters()`` under a seed from replica 0's ``torch.initial_seed()`` and the
-        module's name (:mod:`allgpu.strategies.meta_init`; the same on any replica count).
+        module's name (:mod:`allgpu.strategies.meta_init`; the same on any replica count). Keras models
+        are sharded when Keras has built them (:meth:`_mirror_keras`); their ``fit`` etc. train on every replica.
         """
         recorder, keras_models = _ModuleRecorder(), keras_support.ModelRecorder()
         with self._recording(recorder, keras_models):
             yield self
-        if keras_models.models:
-            _refuse_keras(keras_models.models[0])
         if self._scope_depth == 0:  # an enclosing scope's recorder saw everything; it shards the whole model
-            self._shard(recorder.roots(), recorder.buffers)
+            roots = [r for r in recorder.roots() if not keras_support.is_keras_model(r)]
+            self._shard(roots, recorder.buffers)
+        keras_support.adopt(self, keras_models.models)  # Keras models are sharded once built (_mirror_keras)
 
     def mirror(self, module: nn.Module) -> nn.Module:
         """Shard a module built outside ``scope()`` (broadcast from replica 0, then ``fully_shard``). Returns it.
 
-        Build its optimizer afterwards, from the returned module's parameters. A collective.
+        Build its optimizer afterwards, from the returned module's parameters. A Keras model is adopted as if
+        built in ``scope()`` (sharded once built, with its compiled optimizer's state). A collective.
         """
         if keras_support.is_keras_model(module):
-            _refuse_keras(module)
+            keras_support.adopt(self, [module])
+            return module
         if not isinstance(module, nn.Module):
             raise ArgumentTypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
         self._shard([module], list(module.buffers()))
@@ -196,6 +204,28 @@ class FullyShardedStrategy(MirroredStrategy):
         if self._check is not None:
             self._check.add(replaced.values())
 
+    def _mirror_keras(self, model, values: list, optimizer_values: list) -> None:
+        """Make a built Keras model's variables identical, then shard it (once) and its optimizer's slots.
+
+        Called by :class:`allgpu.keras.replica.KerasReplica` whenever the model or its optimizer has built new
+        variables. A collective. Raises UnsupportedError for what :mod:`allgpu.keras.sharded` cannot shard.
+        """
+        from allgpu.keras import sharded
+
+        fresh = [t for t in values + optimizer_values
+                 if id(t) not in self._mirrored_ids and not isinstance(t, DTensor)]
+        mirror_tensors(fresh, self._group)
+        self._mirrored_ids.update(id(t) for t in fresh)
+        if not sharded.is_sharded(model):
+            params = sharded.shard_model(model, self._fsdp_kwargs())
+            self._sync.attach(model)
+            self._sharded.add(model)
+            self.plans[type(model).__name__] = "one unit: the whole Keras model"
+            if self._check is not None:
+                self._check.add(params)
+                self._check.trust(model)
+        sharded.shard_optimizer_slots(getattr(model, "optimizer", None), model)
+
     def _fsdp_kwargs(self) -> dict:
         dtype = PRECISIONS[self.mixed_precision]
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else \
@@ -227,13 +257,6 @@ class FullyShardedStrategy(MirroredStrategy):
         if self._own_group and dist.is_initialized():
             dist.destroy_process_group()
             self._own_group = False
-
-
-def _refuse_keras(model) -> None:
-    raise UnsupportedError(
-        f"FullyShardedStrategy cannot train the Keras model {getattr(model, 'name', type(model).__name__)!r} yet: "
-        "Keras creates its variables lazily, after the scope has sharded what it saw. Fix: use "
-        "allgpu.MirroredStrategy() for Keras models (it runs the same code on every replica).")
 
 
 def _repoint_optimizers(replaced: dict[int, nn.Parameter]) -> None:

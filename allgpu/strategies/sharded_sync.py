@@ -9,8 +9,10 @@ reduce-scatter and all-gather callables installed with ``set_custom_reduce_scatt
 which also enter each collective in the hang ledger.
 
 On Gloo, ``set_force_sum_reduction_for_comms(True)`` is set: FSDP2 otherwise asks for ``ReduceOp.AVG`` or
-NCCL's ``PREMUL_SUM`` (a custom divide factor), which Gloo lacks; with it FSDP2 reduce-scatters a SUM and divides
-afterwards.
+NCCL's ``PREMUL_SUM`` (a custom divide factor), which Gloo lacks. FSDP2 would then reduce-scatter a SUM and divide
+each replica's result by that replica's factor, so here the factor is 1 and the reduce-scatter callable divides
+each replica's input by its own divisor before the SUM (``PREMUL_SUM``'s arithmetic): replicas weighting an
+uneven batch by different divisors still sum to the global mean.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class _CountedReduceScatter(_Alloc, ReduceScatter):
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
         self._sync._entered("reduce_scatter", input_tensor)
+        if self._sync._premultiply != 1.0:  # Gloo: this replica's 1/divisor, applied before the SUM
+            input_tensor.mul_(self._sync._premultiply)
         return self._sync._explained(lambda: _REDUCE_SCATTER(output_tensor, input_tensor, op=op, group=group,
                                                              async_op=async_op))
 
@@ -85,6 +89,8 @@ class ShardedGradientSync:
         self._in_round = False
         self._comm_s = 0.0
         self._ledger = getattr(group, "ledger", None)
+        self._gloo = group.device.type == "cpu"
+        self._premultiply = 1.0
 
     @property
     def needed(self) -> bool:
@@ -92,7 +98,7 @@ class ShardedGradientSync:
 
     def attach(self, root: nn.Module) -> None:
         """Take charge of every FSDP unit under ``root`` (call once the whole model is sharded)."""
-        gloo = self.group.device.type == "cpu"  # CPU tensors travel over Gloo
+        gloo = self._gloo  # CPU tensors travel over Gloo
         reduce_scatter, all_gather = _CountedReduceScatter(self), _CountedAllGather(self)
         for module in root.modules():
             if isinstance(module, FSDPModule) and module not in self._modules:
@@ -125,9 +131,13 @@ class ShardedGradientSync:
         self._apply()
 
     def _apply(self) -> None:
+        # With a SUM forced (Gloo), FSDP2 divides each replica's reduced shard by that replica's own factor
+        # afterwards, wrong when the divisors differ (an uneven last batch); so divide each input before the SUM.
+        factor = 1.0 if self._gloo else self._divisor
+        self._premultiply = 1.0 / self._divisor if self._gloo else 1.0
         for module in list(self._modules):
             module.set_requires_gradient_sync(self._enabled, recurse=False)
-            module.set_gradient_divide_factor(self._divisor)
+            module.set_gradient_divide_factor(factor)
 
     def _entered(self, op: str, tensor: torch.Tensor) -> None:
         if op == "all_gather":
