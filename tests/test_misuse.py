@@ -199,15 +199,15 @@ def test_every_error_is_an_allgpu_error_and_the_builtin_a_user_catches():
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("args, message", [
     (["run", "missing.py"], "script 'missing.py' not found"),
-    (["run", "--cpu-replicas", "0", "x.py"], "--cpu-replicas 0"),
-    (["run", "--cpu-replicas", "two", "x.py"], "invalid int value"),
+    (["run", "--cpu-replicas", "0", "x.py"], "--cpu-replicas: 0: expected a positive whole number"),
+    (["run", "--cpu-replicas", "two", "x.py"], "'two' is not a whole number"),
     (["demo", "--replicas", "0"], "--replicas: 0: expected a positive whole number"),
     (["demo", "--replicas", "3", "--batch-size", "64"], "--batch-size 63 or 66"),
     (["demo", "--epochs", "-1"], "expected a positive whole number"),
     (["doctor", "--reading", "missing.json"], "cannot read it"),
     (["doctor", "--reading", "binary.dat"], "not a text file"),
     (["lint", "missing.py"], "no such file"),
-    (["bench", "--replicas", "0"], "DeviceError"),
+    (["bench", "--replicas", "0"], "--replicas: 0: expected a positive whole number"),
     (["bench", "--model", "nope"], "invalid choice"),
 ])
 def test_cli_commands_with_a_missing_file_or_a_bad_number(tmp_path, args, message):
