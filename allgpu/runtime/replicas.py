@@ -65,17 +65,23 @@ def install_replica_excepthook(rank: int, error_dir: str | None) -> None:
     sys.excepthook = hook
 
 
+def process_state(pid: int) -> str:
+    """A live process's state in words, from ``/proc``: frozen (stopped) or running."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "is running"
+    if "\nState:\tT" in status:
+        return "is frozen (stopped: SIGSTOP, Ctrl-Z or a debugger)"
+    return "is still running (slow, or waiting elsewhere)"
+
+
 def _state(proc: subprocess.Popen) -> str:
     code = proc.poll()
     if code is not None:
         return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-    try:
-        status = Path(f"/proc/{proc.pid}/status").read_text()
-    except OSError:
-        return "is running"
-    if "\nState:\tT" in status:
-        return "is frozen (stopped: SIGSTOP, Ctrl-Z or a debugger), so it never reached the collective"
-    return "is still running (slow, or waiting elsewhere)"
+    state = process_state(proc.pid)
+    return state + (", so it never reached the collective" if "frozen" in state else "")
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
