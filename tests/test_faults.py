@@ -8,6 +8,7 @@ and finishes. (A SIGKILLed replica recovering under `allgpu run --max-restarts 1
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -58,7 +59,7 @@ class Evaluated(Dataset):
         return 16
     def __getitem__(self, i):
         fault("eval")
-        return torch.zeros(4), 0
+        return torch.zeros(1024), 0
 
 calls = [0]
 def midway(module, inputs):  # inside the 6th training step's forward pass
@@ -67,12 +68,12 @@ def midway(module, inputs):  # inside the 6th training step's forward pass
         fault("epoch")
 
 torch.manual_seed(0)
-with strategy.scope():
-    model = torch.nn.Linear(4, 2)
+with strategy.scope():  # 1.05M parameters: enough for the ledger to record each backward round (allgpu.sync)
+    model = torch.nn.Linear(1024, 1024)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 if where == "epoch":
     model.register_forward_pre_hook(midway)
-data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+data = TensorDataset(torch.randn(64, 1024), torch.randint(0, 1024, (64,)))
 allgpu.fit(model, optimizer, torch.nn.CrossEntropyLoss(), data, epochs=3, global_batch_size=16, strategy=strategy,
            checkpoint_dir=sys.argv[3], checkpoint_every=2, validation_data=Evaluated() if where == "eval" else None,
            verbose=strategy.is_chief, num_workers=0, metrics=())
@@ -99,7 +100,7 @@ def _until_fault(proc) -> tuple[list[str], float]:
 def _newest_checkpoint_loads(folder) -> None:
     newest = checkpoint.latest_checkpoint(folder)
     if newest is not None:  # whatever was written is whole
-        model = torch.nn.Linear(4, 2)
+        model = torch.nn.Linear(1024, 1024)
         checkpoint.restore(newest, model, torch.optim.SGD(model.parameters(), lr=1))
 
 
@@ -129,7 +130,11 @@ def test_python_train_py_ends_in_time_naming_the_replica(tmp_path, mode, where):
     proc = start_python([str(script), mode, where, str(tmp_path / "ckpt"), str(TIMEOUT_S)], cwd=tmp_path,
                         stderr="merge")
     seen, faulted = _until_fault(proc)
-    _ended_in_time_naming_replica_1(proc, seen, faulted, mode, TIMEOUT_S)
+    out = _ended_in_time_naming_replica_1(proc, seen, faulted, mode, TIMEOUT_S)
+    if where == "epoch":  # inside step 6's forward: the ledger names the backward round replica 1 last entered
+        assert re.search(r"replica 0 waited [\d.]+ s in collective #\d+ gradient all-reduce of backward round 6 ",
+                         out) and "replica 1 is behind, at collective" in out, out[-3000:]
+        assert "gradient all-reduce of backward round 5 [[1024], [1048576]] at train.py:" in out, out[-3000:]
     _newest_checkpoint_loads(tmp_path / "ckpt")
 
 
