@@ -19,6 +19,14 @@ from typing import Iterator
 from allgpu.runtime.replicas import process_state
 
 _STATES: dict[int, str] = {}  # pid -> what the replica was doing when the agent stopped it
+_STOPPED: list[tuple[int, int]] = []  # (local rank, pid) of each replica the agent stopped, in order
+
+
+def stopped_replicas() -> str:
+    """``"local replicas 0 (pid 11), 1 (pid 12)"`` for the replicas the agent stopped, or ``"the replicas"``."""
+    if not _STOPPED:
+        return "the replicas"
+    return "local replicas " + ", ".join(f"{rank} (pid {pid})" for rank, pid in sorted(_STOPPED))
 
 
 def stopped_state(pid: int) -> str | None:
@@ -40,6 +48,7 @@ def ending_frozen_replicas() -> Iterator[None]:
         pid = self.proc.pid
         if self.proc.poll() is None and pid not in _STATES:
             _STATES[pid] = process_state(pid).removeprefix("is ")
+            _STOPPED.append((self.local_rank_id, pid))
         original(self, death_sig)
         with contextlib.suppress(OSError):  # the process group is gone already: nothing left to continue
             os.killpg(pid, signal.SIGCONT)  # a stopped process receives the pending signal once continued

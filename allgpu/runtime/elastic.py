@@ -32,7 +32,8 @@ from typing import Iterator, Mapping, Sequence
 
 from allgpu.errors import ClusterConfigError, DeviceError, ScriptNotFoundError
 from allgpu.runtime import env as launch_env
-from allgpu.runtime.agent_stop import ending_frozen_replicas, stopped_state
+from allgpu.runtime.agent_stop import ending_frozen_replicas, stopped_replicas, stopped_state
+from allgpu.runtime.interrupt import SIGINT_WORDS
 from allgpu.runtime.cluster import from_tf_config_env, split_host_port
 
 LOOPBACK = "127.0.0.1"
@@ -363,6 +364,9 @@ def run(script: str, args: Sequence[str] = (), **options) -> int:
             print(describe_failure(error, p.max_restarts), file=sys.stderr, flush=True)
             return exit_code(error.get_first_failure()[1].exitcode) or 1
         except SignalException as error:
-            print(f"allgpu run: stopped by {signal.Signals(error.sigval).name}.", file=sys.stderr, flush=True)
+            name = signal.Signals(error.sigval).name
+            words = f" ({SIGINT_WORDS.removeprefix('SIGINT: ')})" if name == "SIGINT" else ""
+            print(f"allgpu run: interrupted by {name}{words}; stopped {stopped_replicas()}.", file=sys.stderr,
+                  flush=True)
             return 128 + int(error.sigval)
     return 0
