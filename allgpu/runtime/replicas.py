@@ -211,11 +211,11 @@ class ScriptReplicas:
         if not self._reporting.acquire(blocking=False):
             self._stopped.wait(15)
             return
-        stopping = [f"replica {self.placement['rank_offset'] + r} (pid {p.pid})" for r, p in self._procs.items()
-                    if p.poll() is None]
+        stopping = [f"replica {self.placement['rank_offset'] + r} (pid {p.pid}"
+                    + (")" if p.poll() is None else ", already ended)") for r, p in self._procs.items()]
         print(f"\nallgpu: interrupted by SIGINT ({SIGINT_WORDS.removeprefix('SIGINT: ')}) on replica "
-              f"{self.placement['rank_offset']}; stopping " + (", ".join(stopping) or "no other replica (all ended)")
-              + "." + checkpoint_note() + tail, file=sys.stderr, flush=True)
+              f"{self.placement['rank_offset']}; stopping " + ", ".join(stopping) + "." + checkpoint_note() + tail,
+              file=sys.stderr, flush=True)
         self.stop()
 
     def _fail(self, local_rank: int, code: int) -> None:
