@@ -1,8 +1,9 @@
 """A small per-replica ledger of collectives, kept in the job's rendezvous store, that turns a hang into a name.
 
-Each replica records, before each collective it issues through a strategy, its sequence number, the operation,
-the tensor shapes, the user's source line and the current step, under ``allgpu/ledger/<rank>`` in the
-process group's store (a ``torch.distributed.TCPStore``). When a collective fails or times out, the replica
+Each replica records, before each collective it issues through a strategy (and, for models of 1M+ gradient
+elements, once per backward round's gradient all-reduce: ``allgpu.sync.GradientSync.record_rounds``), its sequence
+number, the operation, the tensor shapes, the user's source line and the current step (when the step monitor
+runs), under ``allgpu/ledger/<rank>`` in the process group's store (a ``torch.distributed.TCPStore``). When a collective fails or times out, the replica
 reads every entry and says which replica is behind or diverged, at which collective, from which line.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 from dataclasses import dataclass
 
@@ -59,49 +59,14 @@ class Ledger:
         self.seq = 0
         self.step: int | None = None  # the training step, set by the step monitor when it runs
         self.last: Entry | None = None
-        self._io = threading.Lock()
-        self._written = 0  # the newest seq in the store
-        self._pending: Entry | None = None
-        self._wake = threading.Event()
-        self._writer: threading.Thread | None = None
 
-    def enter(self, op: str, shapes: list, where: str | None = None, *, wait: bool = True) -> Entry:
-        """Record the collective this replica is about to issue. ``wait=False`` hands the store write to a
-        background thread (the gradient round, entered inside backward every step: the write then overlaps the
-        backward instead of adding a store round trip to it); an older entry never overwrites a newer one."""
+    def enter(self, op: str, shapes: list, where: str | None = None) -> Entry:
         self.seq += 1
         entry = Entry(self.seq, op, shapes, where or user_line(), self.step, time.time())
         self.last = entry
         if self.store is not None:
-            if wait:
-                self._write(entry)
-            else:
-                self._post(entry)
+            self.store.set(_KEY.format(self.rank), json.dumps(entry.__dict__))
         return entry
-
-    def _write(self, entry: Entry) -> None:
-        with self._io:
-            if entry.seq > self._written:
-                self.store.set(_KEY.format(self.rank), json.dumps(entry.__dict__))
-                self._written = entry.seq
-
-    def _post(self, entry: Entry) -> None:
-        self._pending = entry
-        if self._writer is None:
-            self._writer = threading.Thread(target=self._write_posted, name="allgpu-ledger", daemon=True)
-            self._writer.start()
-        self._wake.set()
-
-    def _write_posted(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            entry, self._pending = self._pending, None
-            if entry is not None:
-                try:
-                    self._write(entry)
-                except Exception:  # the store is gone (replica 0 ended): nothing left to record to
-                    return
 
     def read_all(self) -> dict[int, Entry | None]:
         """Every replica's last entry (None where a replica has issued none). Raises if the store is gone."""
