@@ -1,8 +1,9 @@
 """A small per-replica ledger of collectives, kept in the job's rendezvous store, that turns a hang into a name.
 
-Each replica records, before each collective it issues through a strategy, its sequence number, the operation,
-the tensor shapes, the user's source line and the current step, under ``allgpu/ledger/<rank>`` in the
-process group's store (a ``torch.distributed.TCPStore``). When a collective fails or times out, the replica
+Each replica records, before each collective it issues through a strategy (and, for models of 1M+ gradient
+elements, once per backward round's gradient all-reduce: ``allgpu.sync.GradientSync.record_rounds``), its sequence
+number, the operation, the tensor shapes, the user's source line and the current step (when the step monitor
+runs), under ``allgpu/ledger/<rank>`` in the process group's store (a ``torch.distributed.TCPStore``). When a collective fails or times out, the replica
 reads every entry and says which replica is behind or diverged, at which collective, from which line.
 """
 
@@ -35,11 +36,12 @@ class Entry:
     op: str
     shapes: list
     where: str
-    step: int
+    step: int | None
     time: float
 
     def describe(self) -> str:
-        return f"collective #{self.seq} {self.op} {self.shapes} at {self.where} (step {self.step})"
+        step = f" (step {self.step})" if self.step is not None else ""  # known when the step monitor runs
+        return f"collective #{self.seq} {self.op} {self.shapes} at {self.where}{step}"
 
 
 class Ledger:
@@ -55,7 +57,7 @@ class Ledger:
         self.rank = rank
         self.world_size = world_size
         self.seq = 0
-        self.step = 0
+        self.step: int | None = None  # the training step, set by the step monitor when it runs
         self.last: Entry | None = None
 
     def enter(self, op: str, shapes: list, where: str | None = None) -> Entry:

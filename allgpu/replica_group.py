@@ -9,6 +9,7 @@ process group at all; its collectives return their input.
 from __future__ import annotations
 
 import atexit
+import sys
 import time
 
 import torch
@@ -52,6 +53,7 @@ class ReplicaGroup:
         self.owns_group = owns_group
         store = _default_store() if world_size > 1 else None
         self.ledger = Ledger(store, rank, world_size)
+        self.broken = False  # a collective failed: a peer is dead, frozen or gone, and will not leave cleanly
 
     @classmethod
     def single(cls, device: torch.device) -> "ReplicaGroup":
@@ -154,6 +156,7 @@ class ReplicaGroup:
     def explain_failure(self, exc: BaseException, waited_s: float, current: str | None = None) -> Exception:
         """Turn a backend error into one that names the replicas behind it (from the ledger); ``current`` names
         an unrecorded collective (the gradient all-reduce)."""
+        self.broken = True
         text, culprits = self.ledger.explain(waited_s, current)
         raw = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "timed out" in str(exc).lower() or "timeout" in str(exc).lower():
@@ -171,11 +174,14 @@ class ReplicaGroup:
 
     def close(self) -> None:
         """Leave the job. Replica 0, which may host the job's store, leaves last (waiting at most
-        ``EXIT_WAIT_S``): a peer whose store or Gloo connection vanishes mid-teardown can abort."""
+        ``EXIT_WAIT_S``): a peer whose store or Gloo connection vanishes mid-teardown can abort. It does not wait
+        after a failed collective or when the process is ending with an uncaught exception: the peers are then
+        dead, frozen or waiting for it, and a launcher is about to stop them."""
         if not (self.owns_group and dist.is_initialized()):
             return
         store = self.ledger.store
-        if store is not None:
+        failing = self.broken or getattr(sys, "last_value", None) is not None  # set for an uncaught exception
+        if store is not None and not failing:
             try:
                 left = store.add("allgpu/exit", 1)
                 deadline = time.monotonic() + EXIT_WAIT_S

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.harness import run_python, start_python, write_script
 
@@ -91,24 +92,86 @@ def test_sigint_to_the_main_process_only_ends_every_replica(tmp_path, when):
     proc, seen = _start(tmp_path, *args), []
     _read_until(proc, r"pid 0 \d+" if when == "rendezvous" else r"ready \d[\s\S]*ready \d", seen)
     time.sleep(1.0)  # in the loop of collectives / blocked in one / waiting at the rendezvous
-    children = [int(p) for p in os.popen(f"pgrep -P {proc.pid}").read().split()]
+    children, deadline = [], time.monotonic() + 10  # at the rendezvous, replica 1 may not be started yet
+    while not children and time.monotonic() < deadline:
+        children = [int(p) for p in os.popen(f"pgrep -P {proc.pid}").read().split()]
+        time.sleep(0.1)
     assert children, "replica 1 should be running"
     proc.send_signal(signal.SIGINT)  # as a job scheduler or an IDE does: the main process only
     took = _all_gone([proc.pid, *children], within=10)
     assert proc.wait(timeout=5) != 0
     rest = proc.stdout.read()
-    assert "interrupted (SIGINT)" in rest or "KeyboardInterrupt" in rest, rest
+    _says_interrupted_not_failed(rest)
     assert took < 10
 
 
 @pytest.mark.timeout(90)
-def test_sigint_to_the_process_group_ends_every_replica(tmp_path):
-    proc, seen = _start(tmp_path, start_new_session=True), []
-    _read_until(proc, r"ready \d[\s\S]*ready \d", seen)
-    children = [int(p) for p in os.popen(f"pgrep -P {proc.pid}").read().split()]
+@pytest.mark.parametrize("when", ["training", "rendezvous"])
+def test_sigint_to_the_process_group_ends_every_replica(tmp_path, when):
+    proc, seen = _start(tmp_path, *(["late"] if when == "rendezvous" else []), start_new_session=True), []
+    _read_until(proc, r"pid 0 \d+" if when == "rendezvous" else r"ready \d[\s\S]*ready \d", seen)
+    children, deadline = [], time.monotonic() + 10  # at the rendezvous, replica 1 may not be started yet
+    while not children and time.monotonic() < deadline:
+        children = [int(p) for p in os.popen(f"pgrep -P {proc.pid}").read().split()]
+        time.sleep(0.1)
+    assert children, "replica 1 should be running"
+    time.sleep(1.0 if when == "rendezvous" else 0)  # replica 0 waiting at the rendezvous, replica 1 not there
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal
     assert _all_gone([proc.pid, *children], within=10) < 10  # raises naming the survivors otherwise
     proc.wait(timeout=5)
+    _says_interrupted_not_failed(proc.stdout.read())
+
+
+def _says_interrupted_not_failed(out: str) -> None:
+    """An interrupt is reported as one (the signal, which replicas are stopped), never as a replica's failure."""
+    assert "allgpu: interrupted by SIGINT (Ctrl-C" in out and re.search(r"stopping replica 1 \(pid \d+", out), out
+    assert "failed" not in out and "ReplicaFailedError" not in out and "network or device fault" not in out, out
+    assert "[rank1]" not in out, out  # replica 0's KeyboardInterrupt at most: replica 1 stays quiet
+
+
+FIT = """
+import sys, torch, allgpu
+from torch.utils.data import TensorDataset
+strategy = allgpu.MirroredStrategy(devices=["/cpu:0", "/cpu:1"], fallback="error")
+torch.manual_seed(0)
+with strategy.scope():
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = TensorDataset(torch.randn(256, 4), torch.randint(0, 2, (256,)))
+allgpu.fit(model, optimizer, torch.nn.CrossEntropyLoss(), data, epochs=10 ** 6, global_batch_size=16,
+           strategy=strategy, checkpoint_dir=sys.argv[1], checkpoint_every=10, verbose=False, metrics=())
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("to", ["main", "group", "allgpu run"])
+def test_sigint_during_fit_says_interrupted_and_names_the_newest_checkpoint(tmp_path, to):
+    from allgpu import checkpoint
+
+    script, folder = write_script(tmp_path, "train.py", FIT), tmp_path / "ckpt"
+    launcher = ["-m", "allgpu.cli.main", "run", "--cpu-replicas", "2"] if to == "allgpu run" else []
+    proc = start_python([*launcher, str(script), str(folder)], cwd=tmp_path, stderr="merge", start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list(folder.glob("ckpt-*.pt")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # training on, between and inside saves
+    if to == "main":
+        proc.send_signal(signal.SIGINT)  # a scheduler or an IDE: replica 0 only
+    else:
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal (allgpu run's replicas have their own sessions)
+    out = proc.communicate(timeout=20)[0]
+    assert proc.returncode != 0
+    if to == "allgpu run":  # the launcher passes it on to every replica; replica 0 names the checkpoint
+        assert re.search(r"allgpu run: interrupted by SIGINT \(Ctrl-C.*\); stopped local replicas 0 \(pid \d+\), "
+                         r"1 \(pid \d+\)", out), out
+        assert "failed" not in out and "[rank1]" not in out, out
+    else:
+        _says_interrupted_not_failed(out)
+    named = re.search(r"The newest checkpoint is (\S+) \(fit\(checkpoint_dir=\.\.\.\) resumes from it", out)
+    assert named, out
+    newest = max(folder.glob("ckpt-*.pt"))
+    assert Path(named.group(1)) == newest  # the newest on disk, even one finished just before the signal
+    checkpoint.restore(newest, torch.nn.Linear(4, 2))
 
 
 @pytest.mark.timeout(60)

@@ -105,3 +105,36 @@ def test_outside_a_job_it_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(ClusterConfigError, match="one process per task"):
         allgpu.ParameterServerStrategy()
+
+
+USER_SCRIPT = """
+import torch, allgpu
+strategy = allgpu.ParameterServerStrategy(num_ps=1)
+with strategy.scope():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+x = torch.randn(128, 4, generator=torch.Generator().manual_seed(0))
+data = torch.utils.data.TensorDataset(x, x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]))
+for epoch in range(2):
+    for xb, yb in strategy.distribute_dataset(data, 32):
+        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+print("worker", strategy.replica_id_in_sync, "done", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_clean_run_prints_no_warning_a_user_cannot_act_on(tmp_path):
+    """Issue 10: the servers and workers used to leave RPC one by one, and tensorpipe logged each closed connection
+    ("RPC agent for worker0 encountered error when reading incoming request from ps0: pipe closed"). A job whose
+    workers all finish now leaves together (graceful rpc.shutdown): stderr stays empty."""
+    from tests.harness import run_cli
+
+    script = tmp_path / "train.py"
+    script.write_text(USER_SCRIPT)
+    result = run_cli("run", "--cpu-replicas", "3", str(script), cwd=tmp_path, timeout=100)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(result.stdout.split("\n")[:2]) == ["worker 0 done", "worker 1 done"], result.stdout
+    assert result.stderr.strip() == "", result.stderr[-3000:]

@@ -36,6 +36,7 @@ from allgpu.checkpoint.state import (
 )
 from allgpu.errors import ArgumentError, ArgumentTypeError, CheckpointError
 from allgpu.live import check_supported
+from allgpu.runtime.interrupt import note_checkpoints
 
 FORMAT = 1
 _ASYNC_GROUPS: dict[int, Any] = {}  # default group id -> Gloo group for background sharded writes
@@ -60,6 +61,7 @@ def _validate(directory, model, optimizer, epoch, step, data_state, extra, keep)
     check_plain(extra, "save(extra=...)")
     if optimizer is not None:  # an exotic hyper-parameter object would only fail at restore time
         check_plain(optimizer.state_dict()["param_groups"], "optimizer.state_dict()['param_groups']")
+    note_checkpoints(lambda: newest_on_disk(directory))  # from now on an interrupt names the newest one
     return Path(directory)
 
 
@@ -209,6 +211,13 @@ def _async_group() -> Any:
     if key not in _ASYNC_GROUPS:
         _ASYNC_GROUPS[key] = dist.new_group(backend="gloo")
     return _ASYNC_GROUPS[key]
+
+
+def newest_on_disk(directory: str | os.PathLike) -> Path | None:
+    """Newest checkpoint in ``directory`` by name, without verifying it (cheap: a listing). Files and folders get
+    their final names only once complete, so it is whole unless the disk corrupted it; None if there is none."""
+    found = store.entries(Path(directory))
+    return found[0].path if found else None
 
 
 def latest_checkpoint(directory: str | os.PathLike) -> Path | None:

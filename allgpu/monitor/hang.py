@@ -7,8 +7,8 @@ the job's most advanced collective, and passes the signal on to the replicas on 
 ids are in the job's store), so one ``kill -USR1`` of the process you started makes every local replica report.
 Each replica publishes its state (step, whether it waits in a collective or the gradient all-reduce, its
 innermost line of user code) in the store as it reports; replica 0 then prints a job view naming the replicas
-that are not in the collective the others wait in. Gradient all-reduces are not in the ledger, so this view is
-what names the replica that skipped a backward.
+that are not in the collective the others wait in. Each backward round's gradient all-reduce is one ledger entry
+(``GradientSync.record_rounds``), so a replica that skipped a backward is named as behind, at its last round.
 
 A replica stuck in a collective is inside C++ code, where Python signal handlers do not run until the call
 returns (Python docs, ``signal``: "Execution of Python signal handlers"). So the handler itself does nothing; the
@@ -183,17 +183,22 @@ def hang_report(strategy) -> str:
     stack = traceback.format_stack(main, limit=12) if main is not None else []
     in_group = any("replica_group.py" in line and "in _run" in line for line in stack)
     in_gradients = any("sync.py" in line and "in _finalize" in line for line in stack)
-    if in_group and ledger.last is not None:
+    step = ledger.step if ledger.step is not None else "?"
+    round_entered = in_gradients and ledger.last is not None and ledger.last.op.startswith("gradient all-reduce")
+    if (in_group or round_entered) and ledger.last is not None:
         view, _ = ledger.explain(time.time() - ledger.last.time)
+        if round_entered:  # the round is in the ledger (GradientSync.record_rounds)
+            view = view.replace(f"replica {ledger.rank} waited ", f"replica {ledger.rank} is waiting for the gradient "
+                                f"all-reduce at the end of loss.backward() (step {step}): it has waited ", 1)
     else:
         view, _ = ledger.explain(None)
-        where = (f"is waiting for the gradient all-reduce at the end of loss.backward() (step {ledger.step}; "
-                 "gradient all-reduces are not in the ledger); its last strategy collective was "
+        where = (f"is waiting for the gradient all-reduce at the end of loss.backward() (step {step}; "
+                 "this round is not in the ledger); its last strategy collective was "
                  if in_gradients else "is not in a collective; its last was ")
         view = view.replace(f"replica {ledger.rank} failed in ", f"replica {ledger.rank} {where}", 1)
     doing = ("waiting for the gradient all-reduce" if in_gradients else
              f"waiting in collective #{ledger.last.seq} {ledger.last.op}" if in_group and ledger.last else "not in a collective")
-    _publish(ledger, {"step": ledger.step, "doing": doing, "waiting": in_gradients or in_group,
+    _publish(ledger, {"step": step, "doing": doing, "waiting": in_gradients or in_group,
                       "line": _user_line(main), "time": time.time()})
     lines = [f"allgpu: hang report from replica {ledger.rank} of {ledger.world_size} (pid {os.getpid()}, "
              f"{strategy.device} on {socket.gethostname()}), on signal:", f"  {view}"]

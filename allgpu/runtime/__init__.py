@@ -8,7 +8,9 @@ Rooms, each one concept:
 - :mod:`~allgpu.runtime.replicas`: launch-free start, re-executing the script once per extra device;
 - :mod:`~allgpu.runtime.launch`: ``allgpu.launch(fn)``, one process per replica for a function;
 - :mod:`~allgpu.runtime.elastic` and :mod:`~allgpu.runtime.replica_main`: ``allgpu run`` on PyTorch's elastic
-  launcher;
+  launcher; :mod:`~allgpu.runtime.agent_stop`: the agent's stop reaches a frozen replica, and is described;
+- :mod:`~allgpu.runtime.interrupt` and :mod:`~allgpu.runtime.waiting`: Ctrl-C seen while blocked, and named
+  with the newest checkpoint; whom a rendezvous waits for;
 - :mod:`~allgpu.runtime.process_group`: the ``torch.distributed`` process group of a placed replica;
 - :mod:`~allgpu.runtime.placement`: the frozen :class:`Placement` every strategy constructor receives.
 

@@ -32,6 +32,8 @@ from typing import Iterator, Mapping, Sequence
 
 from allgpu.errors import ClusterConfigError, DeviceError, ScriptNotFoundError
 from allgpu.runtime import env as launch_env
+from allgpu.runtime.agent_stop import ending_frozen_replicas, stopped_replicas, stopped_state
+from allgpu.runtime.interrupt import SIGINT_WORDS
 from allgpu.runtime.cluster import from_tf_config_env, split_host_port
 
 LOOPBACK = "127.0.0.1"
@@ -306,10 +308,17 @@ def describe_failure(error, max_restarts: int) -> str:
         lines += [f"Traceback of replica {rank}:", trace.rstrip()]
     elif message:
         lines.append(str(message))
-    others = [f"replica {r} ({_status(f)})" for r, f in sorted(error.failures.items()) if r != rank]
+    others = [_stopped(r, f) for r, f in sorted(error.failures.items()) if r != rank]
     if others:
-        lines.append("Also stopped: " + ", ".join(others))
+        lines.append("Also stopped: " + "; ".join(others) + ".")
     return "\n".join(lines)
+
+
+def _stopped(rank: int, failure) -> str:
+    """``replica R (pid P), frozen (...) when the job was stopped; ended by signal SIGTERM (exit code 143)``."""
+    state = stopped_state(failure.pid)
+    return (f"replica {rank} (pid {failure.pid})" + (f", {state} when the job was stopped" if state else "")
+            + f"; ended by {_status(failure)}")
 
 
 def _status(failure) -> str:
@@ -348,13 +357,16 @@ def run(script: str, args: Sequence[str] = (), **options) -> int:
         # restarted group reads the previous attempt's keys and hangs in init_process_group
         # (pytorch/pytorch#135712, seen with torch 2.13). Unshared, rank 0 hosts a fresh store per attempt.
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    with _environ(env):
+    with _environ(env), ending_frozen_replicas():
         try:
             elastic_launch(p.launch_config(), sys.executable)(*p.argv)
         except ChildFailedError as error:
             print(describe_failure(error, p.max_restarts), file=sys.stderr, flush=True)
             return exit_code(error.get_first_failure()[1].exitcode) or 1
         except SignalException as error:
-            print(f"allgpu run: stopped by {signal.Signals(error.sigval).name}.", file=sys.stderr, flush=True)
+            name = signal.Signals(error.sigval).name
+            words = f" ({SIGINT_WORDS.removeprefix('SIGINT: ')})" if name == "SIGINT" else ""
+            print(f"allgpu run: interrupted by {name}{words}; stopped {stopped_replicas()}.", file=sys.stderr,
+                  flush=True)
             return 128 + int(error.sigval)
     return 0

@@ -11,6 +11,31 @@ from __future__ import annotations
 
 import signal
 import socket
+from typing import Callable
+
+_NEWEST: list[Callable[[], object]] = []  # gives the newest complete checkpoint of this job's folder, or None
+
+# What a SIGINT is, in the words a user recognises (the sender is not known to the receiving process).
+SIGINT_WORDS = "SIGINT: Ctrl-C, or a stop sent by a job scheduler or an IDE"
+
+
+def note_checkpoints(newest: Callable[[], object]) -> None:
+    """Register ``newest()``, which gives the newest complete checkpoint in the folder this process saves to (or
+    ``fit`` resumes from), or None; an interrupt names what it returns then. ``allgpu.checkpoint.save`` and
+    ``fit(checkpoint_dir=...)`` call it. Read at interrupt time, so a save that completed just before counts."""
+    _NEWEST[:] = [newest]
+
+
+def checkpoint_note() -> str:
+    """`` The newest checkpoint is PATH (...)`` when there is one, else ``""``."""
+    try:
+        path = _NEWEST[0]() if _NEWEST else None
+    except Exception:  # the folder vanished or cannot be read: say nothing rather than fail the report
+        path = None
+    if path is None:
+        return ""
+    return (f" The newest checkpoint is {path} (fit(checkpoint_dir=...) resumes from it when the script runs "
+            "again; allgpu.checkpoint.restore loads it).")
 
 
 class SigintWatch:

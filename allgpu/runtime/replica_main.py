@@ -15,6 +15,7 @@ from datetime import timedelta
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from allgpu.runtime import env as launch_env
+from allgpu.runtime.interrupt import SIGINT_WORDS, checkpoint_note
 
 
 
@@ -50,7 +51,15 @@ def main(argv: list[str]) -> None:
     script = argv[0]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
-    runpy.run_path(script, run_name="__main__")
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except KeyboardInterrupt:  # the launcher passes a Ctrl-C on to every replica: replica 0 alone reports it
+        if os.environ.get("RANK", "0") != "0":  # quietly, and without leaving through replica 0's store (gone)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+        print(f"allgpu: replica 0 interrupted ({SIGINT_WORDS}).{checkpoint_note()}", file=sys.stderr, flush=True)
+        raise
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from typing import Sequence
 from allgpu.devices import Device
 from allgpu.errors import ReplicaFailedError, StrategyStartError
 from allgpu.runtime import env as launch_env
-from allgpu.runtime.interrupt import SigintWatch
+from allgpu.runtime.interrupt import SIGINT_WORDS, SigintWatch, checkpoint_note
 
 # Seconds a replica waits for its peers after one of them has failed, before the whole job is ended.
 FAILURE_GRACE_S = 5.0
@@ -55,27 +55,36 @@ def install_replica_excepthook(rank: int, error_dir: str | None) -> None:
     previous = sys.excepthook
 
     def hook(exc_type, exc, tb):
-        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        interrupted = issubclass(exc_type, KeyboardInterrupt)
+        text = f"KeyboardInterrupt ({SIGINT_WORDS})\n" if interrupted else \
+            "".join(traceback.format_exception(exc_type, exc, tb))
         try:
             error_file(error_dir, rank).write_text(text)
         except OSError:
             pass
-        previous(exc_type, exc, tb)
+        if not interrupted:  # a Ctrl-C reaches every replica: replica 0 alone reports it, not N tracebacks
+            previous(exc_type, exc, tb)
 
     sys.excepthook = hook
+
+
+def process_state(pid: int) -> str:
+    """A live process's state in words, from ``/proc``: frozen (stopped) or running."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "is running"
+    if "\nState:\tT" in status:
+        return "is frozen (stopped: SIGSTOP, Ctrl-Z or a debugger)"
+    return "is still running (slow, or waiting elsewhere)"
 
 
 def _state(proc: subprocess.Popen) -> str:
     code = proc.poll()
     if code is not None:
         return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-    try:
-        status = Path(f"/proc/{proc.pid}/status").read_text()
-    except OSError:
-        return "is running"
-    if "\nState:\tT" in status:
-        return "is frozen (stopped: SIGSTOP, Ctrl-Z or a debugger), so it never reached the collective"
-    return "is still running (slow, or waiting elsewhere)"
+    state = process_state(proc.pid)
+    return state + (", so it never reached the collective" if "frozen" in state else "")
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -144,6 +153,9 @@ class ScriptReplicas:
         self._stopping = False
         self._joined = False  # the rendezvous completed: from then on a replica may finish (exit 0) before us
         self._main_failed = False
+        self._interrupted_main = False  # replica 0 is ending with KeyboardInterrupt
+        self._stopped = threading.Event()
+        self._reporting = threading.Lock()  # the watch thread and the main thread may both see one SIGINT
         self._sigint = None
 
     def start(self) -> None:
@@ -156,7 +168,15 @@ class ScriptReplicas:
         previous = sys.excepthook
 
         def hook(exc_type, exc, tb):  # replica 0 is dying of an exception: its peers must not wait for it
+            if self._reporting.locked() and self._stopping:
+                # A SIGINT was reported and the replicas stopped while replica 0 sat in a collective, which then
+                # failed for that reason: its traceback would blame the network or a crash.
+                print(f"allgpu: replica {self.placement['rank_offset']} left its collective "
+                      f"({exc_type.__name__}) because the job was interrupted.", file=sys.stderr, flush=True)
+                self._stopped.wait(15)
+                os._exit(130)
             self._main_failed = True
+            self._interrupted_main = issubclass(exc_type, KeyboardInterrupt)
             previous(exc_type, exc, tb)
             self._at_exit()
 
@@ -181,12 +201,22 @@ class ScriptReplicas:
             time.sleep(0.1)
 
     def _interrupted(self) -> None:
-        ranks = [self.placement["rank_offset"] + r for r in self._procs]
-        print(f"\nallgpu: interrupted (SIGINT); stopping replicas {ranks} and ending replica "
-              f"{self.placement['rank_offset']}.", file=sys.stderr, flush=True)
-        self.stop()
+        self._report_interrupt(f" Replica {self.placement['rank_offset']} ends within {FAILURE_GRACE_S:g} s.")
         time.sleep(FAILURE_GRACE_S)
         os._exit(130)  # the main thread did not end by itself: it is blocked in a collective or rendezvous
+
+    def _report_interrupt(self, tail: str = "") -> None:
+        """Say that the job was interrupted (not that a replica failed), which replicas are stopped, and where the
+        newest checkpoint is; then stop them. Once only: a second caller waits for the first to finish."""
+        if not self._reporting.acquire(blocking=False):
+            self._stopped.wait(15)
+            return
+        stopping = [f"replica {self.placement['rank_offset'] + r} (pid {p.pid}"
+                    + (")" if p.poll() is None else ", already ended)") for r, p in self._procs.items()]
+        print(f"\nallgpu: interrupted by SIGINT ({SIGINT_WORDS.removeprefix('SIGINT: ')}) on replica "
+              f"{self.placement['rank_offset']}; stopping " + ", ".join(stopping) + "." + checkpoint_note() + tail,
+              file=sys.stderr, flush=True)
+        self.stop()
 
     def _fail(self, local_rank: int, code: int) -> None:
         path = error_file(self.error_dir, local_rank)
@@ -235,9 +265,14 @@ class ScriptReplicas:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        self._stopped.set()
 
     def _at_exit(self) -> None:
-        if self._stopping:
+        if self._stopping:  # another thread is stopping the replicas: let it finish before this process ends
+            self._stopped.wait(15)
+            return
+        if self._interrupted_main:
+            self._report_interrupt()
             return
         if self._main_failed:  # the others would wait for replica 0 in a collective until the timeout
             print(f"allgpu: replica {self.placement['rank_offset']} failed (traceback above). {self.describe(1.0)}; "

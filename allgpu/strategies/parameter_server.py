@@ -17,6 +17,7 @@ collective, so no global barrier: a slow worker does not hold the others back, a
 from __future__ import annotations
 
 import atexit
+import time
 import warnings
 
 import torch
@@ -73,12 +74,13 @@ class ParameterServerStrategy(Strategy):
                 f"num_ps={num_ps} with WORLD_SIZE={spec.world_size} leaves {self.num_workers} workers; "
                 "expected at least one parameter server and one worker.")
         self.timeout = timeout
+        self.worker_silence_s = worker_silence_s or timeout
         self.is_ps = spec.rank >= self.num_workers
         self.task_index = spec.rank - self.num_workers if self.is_ps else spec.rank
         options = rpc.TensorPipeRpcBackendOptions(init_method="env://", rpc_timeout=timeout)
         if self.is_ps:  # serves until the workers are done, then ends this process: the script stops here
             param_server.run_server(spec.rank, spec.world_size, self.task_index, self.num_workers, options,
-                                    worker_silence_s or timeout)
+                                    self.worker_silence_s)
         with warnings.catch_warnings():  # torch's own RPC start-up deprecation notice: nothing a user can act on
             warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
             rpc.init_rpc(f"worker{self.task_index}", rank=spec.rank, world_size=spec.world_size, rpc_backend_options=options)
@@ -163,4 +165,13 @@ class ParameterServerStrategy(Strategy):
                 rpc.rpc_sync(f"ps{ps}", param_server.worker_done, args=(self.task_index,))
             except Exception:  # the server is gone already; nothing to tell it
                 pass
-        rpc.shutdown(graceful=False)
+        # Leave together with the servers when every worker finished (see ps_server.leave); this waits for the
+        # slowest worker, as the servers do, so the process ends when the job does.
+        outcome, deadline = None, time.monotonic() + self.worker_silence_s + 5
+        while outcome is None and time.monotonic() < deadline:
+            try:
+                outcome = rpc.rpc_sync("ps0", param_server.verdict, args=(self.worker_silence_s,))
+            except Exception:  # the server is gone: nobody left to leave with
+                break
+            time.sleep(0 if outcome else 0.2)
+        param_server.leave(outcome == "all done", min(self.worker_silence_s, 60.0))

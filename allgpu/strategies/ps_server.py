@@ -96,6 +96,29 @@ def stats() -> dict:
         return {"pushes": dict(_SHARD.pushes), "done": sorted(_SHARD.done)}
 
 
+def verdict(silence_s: float) -> str | None:
+    """How the job ends, as this server sees it: None while a worker still trains; ``"all done"`` once every
+    worker said it is done; ``"lost"`` once the rest are done and the others are silent (dead)."""
+    with _SHARD.cond:
+        if not _SHARD.finished(silence_s):
+            return None
+        return "all done" if len(_SHARD.done) == _SHARD.num_workers else "lost"
+
+
+def leave(all_done: bool, timeout_s: float) -> None:
+    """Shut this task's RPC down. When every worker finished, gracefully: every task together (a barrier), so no
+    task logs the others' closed connections (tensorpipe's "encountered error when reading incoming request ...:
+    eof / pipe closed" warnings, which nothing can be done about). Otherwise locally: a dead worker would never
+    reach the barrier."""
+    if all_done:
+        try:
+            rpc.shutdown(graceful=True, timeout=timeout_s)
+            return
+        except Exception:  # a task vanished during the barrier: the local shutdown already ran (rpc's finally)
+            return
+    rpc.shutdown(graceful=False)
+
+
 def serve(shard: Shard, silence_s: float) -> dict:
     """Block until every worker is done or dead; return the final :func:`stats`."""
     while True:
@@ -116,5 +139,5 @@ def run_server(rank: int, world_size: int, task_index: int, num_workers: int, op
         warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
         rpc.init_rpc(f"ps{task_index}", rank=rank, world_size=world_size, rpc_backend_options=options)
     serve(shard, silence_s)
-    rpc.shutdown(graceful=False)
+    leave(len(shard.done) == num_workers, min(silence_s, 60.0))
     sys.exit(0)

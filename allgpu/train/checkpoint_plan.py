@@ -15,6 +15,7 @@ import torch
 
 from allgpu.errors import ArgumentError
 from allgpu.data import DistributedDataset
+from allgpu.runtime.interrupt import note_checkpoints
 
 
 @dataclass
@@ -70,6 +71,9 @@ class CheckpointPlan:
                 except Exception as exc:
                     error = exc
             collective.agree(error, f"checking checkpoint_dir={str(directory)!r}")
+            from allgpu.checkpoint.api import newest_on_disk
+
+            note_checkpoints(lambda: newest_on_disk(directory))  # an interrupt names the newest one
 
     @property
     def enabled(self) -> bool:
