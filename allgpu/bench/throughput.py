@@ -106,6 +106,10 @@ def _replica(kind: str, model_name: str, steps: int, warmup: int, device_kind: s
     if backend is not None:
         model = torch.compile(model, backend=backend)
     seconds = _timed_loop(model, optimizer, batches, warmup, device, step=not in_backward)
+    # DDP's reducer holds the process group: freed after destroy_process_group (at return), its Gloo destructor
+    # waited forever on a worker thread in one bench run. Free it while the group is alive.
+    del model, optimizer
+    __import__("gc").collect()
     if dist.is_initialized():
         t = torch.tensor([seconds], device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
