@@ -59,7 +59,10 @@ def _run(tmp_path, name, kill_at):
            str(tmp_path / f"ckpt-{name}"), str(out), str(kill_at)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env={**os.environ}, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return torch.load(out, weights_only=True), int((tmp_path / f"{name}.pt.attempt").read_text())
+    attempt = int((tmp_path / f"{name}.pt.attempt").read_text())
+    expected = 0 if kill_at == 0 else 1  # a restart without a kill is a failure: show the launcher's account of it
+    assert attempt == expected, result.stdout[-3000:] + result.stderr[-6000:]
+    return torch.load(out, weights_only=True), attempt
 
 
 @pytest.mark.replicas

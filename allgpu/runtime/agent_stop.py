@@ -49,7 +49,10 @@ def ending_frozen_replicas() -> Iterator[None]:
         if self.proc.poll() is None and pid not in _STATES:
             _STATES[pid] = process_state(pid).removeprefix("is ")
             _STOPPED.append((self.local_rank_id, pid))
-        original(self, death_sig)
+        try:
+            original(self, death_sig)
+        except ProcessLookupError:  # it exited between the agent's poll and its signal: nothing left to stop
+            return
         with contextlib.suppress(OSError):  # the process group is gone already: nothing left to continue
             os.killpg(pid, signal.SIGCONT)  # a stopped process receives the pending signal once continued
 
