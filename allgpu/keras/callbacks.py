@@ -22,13 +22,8 @@ WRITERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore, ke
 SAVERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore)
 
 
-class ChiefWrites(keras.callbacks.Callback):
-    """Calls ``inner``'s hooks on replica 0 only (restores everywhere); all replicas meet after each epoch.
-
-    Args:
-        inner: a file-writing Keras callback.
-        strategy: the allgpu strategy (its ``is_chief`` and ``barrier()``).
-    """
+class _Wrapping(keras.callbacks.Callback):
+    """A callback that drives ``inner`` (a file-writing Keras callback) for the replicas of ``strategy``."""
 
     def __init__(self, inner: keras.callbacks.Callback, strategy):
         super().__init__()
@@ -43,6 +38,15 @@ class ChiefWrites(keras.callbacks.Callback):
     def set_params(self, params):
         super().set_params(params)
         self.inner.set_params(params)
+
+
+class ChiefWrites(_Wrapping):
+    """Calls ``inner``'s hooks on replica 0 only (restores everywhere); all replicas meet after each epoch.
+
+    Args:
+        inner: a file-writing Keras callback.
+        strategy: the allgpu strategy (its ``is_chief`` and ``barrier()``).
+    """
 
     def on_train_begin(self, logs=None):
         self.strategy.barrier()  # a backup written by a previous fit on replica 0 is complete
@@ -60,7 +64,7 @@ class ChiefWrites(keras.callbacks.Callback):
         self.strategy.barrier()
 
 
-class EveryReplicaSaves(keras.callbacks.Callback):
+class EveryReplicaSaves(_Wrapping):
     """A saving callback on a sharded model: every replica runs it, replica 0 writes where it was told.
 
     Reading a sharded variable gathers it from every replica (a collective), so replica 0 cannot save alone. The
@@ -70,20 +74,9 @@ class EveryReplicaSaves(keras.callbacks.Callback):
     """
 
     def __init__(self, inner: keras.callbacks.Callback, strategy):
-        super().__init__()
-        self.inner = inner
-        self.strategy = strategy
-        self.chief = strategy.is_chief
+        super().__init__(inner, strategy)
         self._real: dict[str, str] = {}
         self._scratch: str | None = None
-
-    def set_model(self, model):
-        super().set_model(model)
-        self.inner.set_model(model)
-
-    def set_params(self, params):
-        super().set_params(params)
-        self.inner.set_params(params)
 
     def on_train_begin(self, logs=None):
         self.strategy.barrier()  # a backup written by a previous fit on replica 0 is complete
