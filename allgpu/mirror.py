@@ -137,6 +137,10 @@ class MirrorCheck:
             return  # a symbolic call (Keras building a functional model from KerasTensors), not training
         if isinstance(module, _DATA_PARALLEL) and any(self.is_mirrored(p) for p in module.parameters()):
             raise UnsupportedError(_wrapped_message(module))
+        if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+            self.add(module.parameters())  # built outside scope() and averaged by DDP itself: not ours to refuse
+            self.trust(module)
+            return
         for name, param in module.named_parameters():
             if param.requires_grad and not self.is_mirrored(param):
                 raise NotMirroredError(self._message(*_unwrap_compiled(module, name), param))

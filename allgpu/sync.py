@@ -127,15 +127,17 @@ class GradientSync:
         current: list[torch.nn.Parameter] = []
         size = 0
         for p in reversed(self.params):
-            nbytes = p.numel() * p.element_size()
-            # A small first bucket starts communication early, as DDP's 1 MiB first bucket does.
-            cap = min(FIRST_BUCKET_BYTES, self.bucket_cap_bytes) if not self.buckets else self.bucket_cap_bytes
-            if current and (size + nbytes > cap or p.dtype != current[0].dtype
-                            or p.device != current[0].device):
+            if current and (p.dtype != current[0].dtype or p.device != current[0].device):
                 self.buckets.append(_Bucket(current))
                 current, size = [], 0
             current.append(p)
-            size += nbytes
+            size += p.numel() * p.element_size()
+            # As DDP's _compute_bucket_assignment_by_size: a bucket closes once it reaches its cap (not before it
+            # would pass it), and the first cap is small (1 MiB) so communication starts early in the backward.
+            cap = min(FIRST_BUCKET_BYTES, self.bucket_cap_bytes) if not self.buckets else self.bucket_cap_bytes
+            if size >= cap:
+                self.buckets.append(_Bucket(current))
+                current, size = [], 0
         if current:
             self.buckets.append(_Bucket(current))
         for b, bucket in enumerate(self.buckets):
@@ -169,9 +171,11 @@ class GradientSync:
             if not used:
                 view.zero_()
             elif grad.data_ptr() != view.data_ptr():
-                view.copy_(grad)
-            bucket.used[i] = self.divisor if used else 0.0  # 1 per using replica after the division
-        bucket.buffer.div_(self.divisor)
+                # Divide while copying in (one pass over the gradient, as DDP's reducer does with mul_out).
+                torch.div(grad, self.divisor, out=view)
+            else:
+                view.div_(self.divisor)
+            bucket.used[i] = 1.0 if used else 0.0  # summed: how many replicas used it
         if self.group.world_size > 1:
             wire = bucket.buffer
             if self.wire_dtype is not None and wire.dtype == torch.float32:

@@ -149,6 +149,27 @@ def test_ddp_around_a_mirrored_model_is_refused_instead_of_all_reducing_twice():
         assert "a second time" in message
 
 
+def _ddp_beside_a_strategy():
+    strategy = allgpu.MirroredStrategy()
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))  # DDP's own, outside scope()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.full((1, 2), float(torch.distributed.get_rank() + 1))
+    model(x).sum().backward()
+    optimizer.step()
+    return model.module.weight.detach().clone()
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(60)
+def test_a_hand_written_ddp_model_beside_a_strategy_trains_with_ddp_averaging_its_gradients():
+    first, second = allgpu.launch(_ddp_beside_a_strategy, num_replicas=2)
+    torch.manual_seed(0)
+    expected = torch.nn.Linear(2, 2).weight.detach() - 0.1 * 1.5  # d(sum)/dW is x: the mean of 1 and 2
+    torch.testing.assert_close(first, expected)
+    torch.testing.assert_close(second, expected)
+
+
 def test_two_strategies_with_different_counts():
     first = allgpu.MirroredStrategy(num_replicas=1)
     try:

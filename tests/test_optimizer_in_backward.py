@@ -18,7 +18,7 @@ def _data(n=128, seed=2):
 
 
 def _fit(optimizer_name, in_backward, accumulation, compile_):
-    strategy = allgpu.MirroredStrategy(bucket_cap_mb=0.001)  # several buckets: several partial steps
+    strategy = allgpu.MirroredStrategy(bucket_cap_mb=0.0001)  # several buckets: several partial steps
     torch.manual_seed(0)
     with strategy.scope():
         model = torch.nn.Sequential(torch.nn.Linear(10, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
