@@ -41,6 +41,7 @@ from allgpu.mirror import ScopeRecorder, mirror_tensors
 from allgpu.runtime.cluster import tf_config_cluster
 from allgpu.strategies.meta_init import materialise, meta_roots
 from allgpu.strategies.mirrored import MirroredStrategy
+from allgpu.strategies.sharded_compile import ShardedCompile, compile_sharded
 from allgpu.strategies.sharded_sync import ShardedGradientSync
 from allgpu.strategies.sharding_plan import describe, plan_units, validate_shard_modules
 
@@ -122,6 +123,8 @@ class FullyShardedStrategy(MirroredStrategy):
             self._own_group = True
         self._mesh = init_device_mesh(self.device.type, (self.num_replicas_in_sync,))
         self._sync = ShardedGradientSync(self._group)
+        self._overlap.close()  # the mirrored strategies' compile hook: graph splitting has no buckets to follow here
+        self._overlap = ShardedCompile()  # a user's torch.compile(model) compiles each unit
         self._sharded: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
         self.plans: dict[str, str] = {}  # root class name -> plan in words (for logs and tests)
         #: meta-device models: the most parameter bytes held in full at once while materialising (one module's)
@@ -171,6 +174,15 @@ class FullyShardedStrategy(MirroredStrategy):
             raise ArgumentTypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
         self._shard([module], list(module.buffers()))
         return module
+
+    def compile(self, model: nn.Module, *, backend="inductor", **compile_kwargs) -> nn.Module:
+        """Compile a sharded ``model`` per FSDP unit: each innermost unit's ``forward`` goes through
+        ``torch.compile(backend=..., **compile_kwargs)`` in place, and FSDP2's all-gather and reduce-scatter hooks
+        run eagerly around it (torchtitan's per-block compile; see :mod:`allgpu.strategies.sharded_compile`).
+        A plain ``torch.compile(model)`` is turned into the same at its first call. Local.
+        Returns ``model`` itself (compiled in place; its parameters and optimizers are unchanged).
+        """
+        return compile_sharded(model, backend=backend, **compile_kwargs)
 
     def _shard(self, roots: list[nn.Module], buffers: list) -> None:
         roots = [r for r in roots if not isinstance(r, FSDPModule) and any(True for _ in r.parameters())]
