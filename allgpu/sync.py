@@ -33,6 +33,28 @@ RECORD_ROUNDS_MIN_NUMEL = 1_000_000  # gradient elements from which a round's le
 COMPRESSIONS = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def assign_buckets(params: list[torch.nn.Parameter], bucket_cap_bytes: int) -> list[list[torch.nn.Parameter]]:
+    """Group ``params`` into gradient buckets as DDP's ``_compute_bucket_assignment_by_size`` does: in reverse
+    order (roughly the order backward produces gradients), a bucket closing once it reaches its cap, the first cap
+    ``FIRST_BUCKET_BYTES`` (1 MiB, so communication starts early in the backward), then ``bucket_cap_bytes``; a
+    change of dtype or device starts a new bucket. Returns the buckets, each a list of parameters."""
+    buckets: list[list[torch.nn.Parameter]] = []
+    current: list[torch.nn.Parameter] = []
+    size = 0
+    for p in reversed(params):
+        if current and (p.dtype != current[0].dtype or p.device != current[0].device):
+            buckets.append(current)
+            current, size = [], 0
+        current.append(p)
+        size += p.numel() * p.element_size()
+        if size >= (min(FIRST_BUCKET_BYTES, bucket_cap_bytes) if not buckets else bucket_cap_bytes):
+            buckets.append(current)
+            current, size = [], 0
+    if current:
+        buckets.append(current)
+    return buckets
+
+
 class _Bucket:
     def __init__(self, params: list[torch.nn.Parameter]):
         self.params = params
@@ -123,23 +145,8 @@ class GradientSync:
         self.buffers.extend(b for b in buffers if id(b) not in known and not known.add(id(b)))
 
     def _rebuild(self) -> None:
-        self.buckets, self._bucket_of = [], {}
-        current: list[torch.nn.Parameter] = []
-        size = 0
-        for p in reversed(self.params):
-            if current and (p.dtype != current[0].dtype or p.device != current[0].device):
-                self.buckets.append(_Bucket(current))
-                current, size = [], 0
-            current.append(p)
-            size += p.numel() * p.element_size()
-            # As DDP's _compute_bucket_assignment_by_size: a bucket closes once it reaches its cap (not before it
-            # would pass it), and the first cap is small (1 MiB) so communication starts early in the backward.
-            cap = min(FIRST_BUCKET_BYTES, self.bucket_cap_bytes) if not self.buckets else self.bucket_cap_bytes
-            if size >= cap:
-                self.buckets.append(_Bucket(current))
-                current, size = [], 0
-        if current:
-            self.buckets.append(_Bucket(current))
+        self.buckets = [_Bucket(params) for params in assign_buckets(self.params, self.bucket_cap_bytes)]
+        self._bucket_of = {}
         for b, bucket in enumerate(self.buckets):
             for i, p in enumerate(bucket.params):
                 self._bucket_of[id(p)] = (b, i)

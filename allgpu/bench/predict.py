@@ -128,10 +128,10 @@ def measure(model: torch.nn.Module, make_batch, *, optimizer=None, steps: int = 
             bucket_cap_mb: float = 25.0, loss_fn=None) -> StepProfile:
     """Time ``steps`` single-device steps of ``model`` on ``make_batch() -> (x, y)``; medians per phase.
 
-    Buckets follow :class:`allgpu.sync.GradientSync`'s rule (reverse registration order, 1 MiB first bucket,
-    then ``bucket_cap_mb``); a bucket is ready when its last parameter's gradient is accumulated. Local.
+    Buckets are :class:`allgpu.sync.GradientSync`'s (:func:`allgpu.sync.assign_buckets`, DDP's rule); a bucket is
+    ready when its last parameter's gradient is accumulated. Local.
     """
-    from allgpu.sync import FIRST_BUCKET_BYTES
+    from allgpu.sync import assign_buckets
 
     loss_fn = loss_fn or torch.nn.CrossEntropyLoss()
     optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -139,15 +139,7 @@ def measure(model: torch.nn.Module, make_batch, *, optimizer=None, steps: int = 
     ready: dict[int, float] = {}
     handles = [p.register_post_accumulate_grad_hook(lambda q: ready.__setitem__(id(q), time.perf_counter()))
                for p in params]
-    buckets, current, size, cap = [], [], 0, bucket_cap_mb * 1024 * 1024
-    for p in reversed(params):
-        limit = min(FIRST_BUCKET_BYTES, cap) if not buckets else cap
-        if current and size + p.numel() * p.element_size() > limit:
-            buckets.append(current)
-            current, size = [], 0
-        current.append(p)
-        size += p.numel() * p.element_size()
-    buckets.append(current)
+    buckets = assign_buckets(params, int(bucket_cap_mb * 1024 * 1024))
     rows = []
     for i in range(warmup + steps):
         x, y = make_batch()
@@ -178,7 +170,7 @@ def format_table(p: StepProfile, interconnects=INTERCONNECTS, sizes=SIZES) -> st
     lines = [f"measured on one device{(' (' + p.label + ')') if p.label else ''}: step {p.compute_s * 1e3:.2f} ms "
              f"(forward {p.forward_s * 1e3:.2f}, backward {p.backward_s * 1e3:.2f}, optimizer "
              f"{p.optimizer_s * 1e3:.2f}), batch {p.batch_per_device}/device, gradients "
-             f"{p.gradient_bytes / 1e6:.2f} MB in {len(p.bucket_bytes)} buckets",
+             f"{p.gradient_bytes / 1e6:.2f} MB in {len(p.bucket_bytes)} bucket{'' if len(p.bucket_bytes) == 1 else 's'}",
              "", "scaling efficiency (throughput on N devices / N x one device's), same per-device batch:",
              f"{'interconnect':<36}" + "".join(f"{n:>6}" for n in sizes)]
     for ic in interconnects:

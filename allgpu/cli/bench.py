@@ -6,14 +6,26 @@ from __future__ import annotations
 import argparse
 import json
 
+from typing import Callable
+
+from allgpu.bench.user_model import is_spec, profile_user_model, shape
 from allgpu.cli.arguments import positive_int
+from allgpu.errors import ArgumentError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     from allgpu.bench import MODELS
 
     p = subparsers.add_parser("bench", help="throughput: allgpu vs DDP, and 1 vs N replicas", description=__doc__)
-    p.add_argument("--model", choices=[*MODELS, "all"], default="all")
+    p.add_argument("--model", type=_model_name(MODELS), default="all", metavar="{" + ",".join([*MODELS, "all"]) + "}",
+                   help="a built-in model, all of them, or with --predict your own: FILE.py:FUNCTION or "
+                        "package.module:FUNCTION returning a torch.nn.Module (with --input-shape and --classes) or "
+                        "(model, (x, y))")
+    p.add_argument("--input-shape", type=shape, metavar="D1,D2,...",
+                   help="with --predict and your own model: one example's shape, e.g. 3,224,224")
+    p.add_argument("--classes", type=positive_int, help="with --predict and your own model: classes of the targets")
+    p.add_argument("--batch", type=positive_int, default=32,
+                   help="with --predict and your own model: examples per device (default 32)")
     p.add_argument("--replicas", type=positive_int, default=2)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--steps", type=positive_int, default=None, help="timed steps per run (default 200; 20 with --memory)")
@@ -36,9 +48,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _model_name(models) -> Callable[[str], str]:
+    def model_name(text: str) -> str:
+        if text in models or text == "all" or is_spec(text):
+            return text
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one of {', '.join([*models, 'all'])}, or "
+                                         "FILE.py:FUNCTION with --predict")
+    return model_name
+
+
 def run(args: argparse.Namespace) -> int:
     if args.predict:
         return _predict(args)
+    if is_spec(args.model):
+        raise ArgumentError(f"--model {args.model}: your own model works with --predict only; the comparison with "
+                            "DDP and --memory run the built-in models.")
     from allgpu.bench import MODELS, compare, format_comparisons, scaling
 
     if args.memory:
@@ -79,7 +103,12 @@ def _predict(args: argparse.Namespace) -> int:
     names = list(MODELS) if args.model == "all" else [args.model]
     out = {}
     for name in names:
-        profile = profile_model(name, args.device)
+        if is_spec(name):
+            if args.check:
+                raise ArgumentError("--check measures the built-in models only; drop it with your own --model.")
+            profile = profile_user_model(name, args.device, args.input_shape, args.classes, args.batch)
+        else:
+            profile = profile_model(name, args.device)
         print(format_table(profile))
         path = args.plot if len(names) == 1 else args.plot.replace(".png", f"_{name}.png")
         plot(profile, path)
