@@ -170,7 +170,7 @@ def format_table(p: StepProfile, interconnects=INTERCONNECTS, sizes=SIZES) -> st
     lines = [f"measured on one device{(' (' + p.label + ')') if p.label else ''}: step {p.compute_s * 1e3:.2f} ms "
              f"(forward {p.forward_s * 1e3:.2f}, backward {p.backward_s * 1e3:.2f}, optimizer "
              f"{p.optimizer_s * 1e3:.2f}), batch {p.batch_per_device}/device, gradients "
-             f"{p.gradient_bytes / 1e6:.2f} MB in {len(p.bucket_bytes)} bucket{'' if len(p.bucket_bytes) == 1 else 's'}",
+             f"{p.gradient_bytes / 1e6:.2f} MB in {len(p.bucket_bytes)} bucket{'s' * (len(p.bucket_bytes) != 1)}",
              "", "scaling efficiency (throughput on N devices / N x one device's), same per-device batch:",
              f"{'interconnect':<36}" + "".join(f"{n:>6}" for n in sizes)]
     for ic in interconnects:

@@ -77,8 +77,8 @@ def build(spec: str, device: torch.device, input_shape: tuple[int, ...] | None, 
             state["i"] += 1
             return batches[state["i"] % len(batches)]
     else:
-        raise ArgumentError(f"--model {spec!r} returned a value of type {type(made).__name__}; expected a torch.nn.Module or "
-                            "(model, (x, y)).")
+        raise ArgumentError(f"--model {spec!r} returned a value of type {type(made).__name__}; expected a "
+                            "torch.nn.Module or (model, (x, y)).")
     return model.to(device), make_batch, loss_fn
 
 

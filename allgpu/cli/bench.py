@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-
 from typing import Callable
 
 from allgpu.bench.user_model import is_spec, profile_user_model, shape
