@@ -1,7 +1,14 @@
 import os
+import signal
 from pathlib import Path
 
 import pytest
+
+# A shell without job control starts background jobs (`make test &`, some CI runners) with SIGINT ignored, and an
+# ignored signal stays ignored across exec: the Ctrl-C tests' replicas would never see their SIGINT. A handled
+# signal is reset to the default at exec, so handling it here gives every process the tests start a normal Ctrl-C.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Replica processes started by the tests must not inherit a launcher environment from the shell.
 for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ALLGPU_DEVICES"):

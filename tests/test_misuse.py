@@ -229,7 +229,7 @@ def test_every_error_is_an_allgpu_error_and_the_builtin_a_user_catches():
     (["doctor", "--reading", "binary.dat"], "not a text file"),
     (["lint", "missing.py"], "no such file"),
     (["bench", "--replicas", "0"], "--replicas: 0: expected a positive whole number"),
-    (["bench", "--model", "nope"], "invalid choice"),
+    (["bench", "--model", "nope"], "'nope': expected one of digits_cnn, mlp_1m, all, or FILE.py:FUNCTION"),
 ])
 def test_cli_commands_with_a_missing_file_or_a_bad_number(tmp_path, args, message):
     (tmp_path / "binary.dat").write_bytes(bytes(range(256)) * 4)
