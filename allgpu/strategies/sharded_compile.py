@@ -54,7 +54,7 @@ def compile_sharded(model: nn.Module, *, backend: str | Callable = "inductor", *
 
     if not isinstance(model, nn.Module):
         raise ArgumentTypeError(f"compile() takes a torch.nn.Module; got {type(model).__name__}.")
-    if isinstance(backend, str) and backend != "inductor":
+    if isinstance(backend, str):
         resolve_backend(backend)  # an unknown name fails here, not at the first forward
     compile_units(model, lambda fn: torch.compile(fn, backend=backend, **compile_kwargs))
     return model
