@@ -15,6 +15,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from allgpu.runtime.gloo_drain import wait_for_gloo_workers
 from allgpu.runtime.replicas import peers_stopped
 from allgpu.errors import CollectiveTimeoutError, ReplicaFailedError
 from allgpu.ledger import Ledger
@@ -75,6 +76,8 @@ class ReplicaGroup:
         if placement.owns_group:
             atexit.register(group.close)
             group.barrier(where="process-group start")
+        elif placement.world_size > 1:
+            atexit.register(wait_for_gloo_workers)  # the user's group: still, no abort after the last step
         return group
 
     @classmethod
@@ -192,6 +195,7 @@ class ReplicaGroup:
             except Exception:  # the store is gone already: nothing left to wait for
                 pass
         dist.destroy_process_group()
+        wait_for_gloo_workers()  # a worker still dropping the last collective's tensors aborts a finalizing process
         self.owns_group = False
         if _CURRENT and _CURRENT[0] is self:
             _CURRENT.clear()

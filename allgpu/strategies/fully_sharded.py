@@ -22,6 +22,7 @@ own shard. ``accumulate(k)`` / ``no_sync`` skip the reduce-scatter on non-final 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
 import gc
@@ -39,6 +40,7 @@ from allgpu import keras as keras_support
 from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError, UnsupportedError
 from allgpu.mirror import ScopeRecorder, mirror_tensors
 from allgpu.runtime.cluster import tf_config_cluster
+from allgpu.runtime.gloo_drain import wait_for_gloo_workers
 from allgpu.strategies.meta_init import materialise, meta_roots
 from allgpu.strategies.mirrored import MirroredStrategy
 from allgpu.strategies.sharded_compile import ShardedCompile, compile_sharded
@@ -121,6 +123,7 @@ class FullyShardedStrategy(MirroredStrategy):
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
                                     timeout=datetime.timedelta(seconds=timeout))
             self._own_group = True
+            atexit.register(wait_for_gloo_workers)  # its collectives run on Gloo threads too
         self._mesh = init_device_mesh(self.device.type, (self.num_replicas_in_sync,))
         self._sync = ShardedGradientSync(self._group)
         self._overlap.close()  # the mirrored strategies' compile hook: graph splitting has no buckets to follow here
@@ -268,6 +271,7 @@ class FullyShardedStrategy(MirroredStrategy):
         super().close()
         if self._own_group and dist.is_initialized():
             dist.destroy_process_group()
+            wait_for_gloo_workers()
             self._own_group = False
 
 
