@@ -86,3 +86,27 @@ def test_checkpoints_that_fail_verification_are_moved_aside_never_deleted(tmp_pa
     aside = {p.name: p.read_bytes() for p in (tmp_path / "corrupt").iterdir()}
     assert aside == originals  # every byte kept
     assert sorted(p.name for p in tmp_path.glob("ckpt-*.pt")) == ["ckpt-000000006.pt"]
+
+
+def test_ctrl_c_in_the_middle_of_writing_is_a_keyboard_interrupt_and_leaves_the_last_checkpoint(tmp_path,
+                                                                                                 monkeypatch):
+    """A SIGINT lands inside torch.save's zip writer: torch then fails closing the archive ("unexpected pos");
+    the user must see the interrupt itself, and the folder must hold the previous checkpoint and no temp file."""
+    from allgpu.checkpoint import format as fmt
+
+    model = nn.Linear(500, 500)
+    checkpoint.save(tmp_path, model, step=1)
+    real_write, written = fmt._HashingWriter.write, []
+
+    def interrupted(self, data):
+        written.append(len(data))
+        if sum(written) > 300_000:
+            raise KeyboardInterrupt
+        return real_write(self, data)
+
+    monkeypatch.setattr(fmt._HashingWriter, "write", interrupted)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        checkpoint.save(tmp_path, model, step=2)
+    assert caught.value.__suppress_context__  # not "During handling ... RuntimeError: unexpected pos"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000001.pt"]
+    assert checkpoint.latest_checkpoint(tmp_path).name == "ckpt-000000001.pt"

@@ -113,11 +113,25 @@ def write_file(path: Path, obj: Any) -> str:
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        interrupt = _interrupt_behind(exc)
+        if interrupt is not None:  # Ctrl-C mid-write: torch's zip writer then fails at close ("unexpected pos")
+            raise interrupt.with_traceback(interrupt.__traceback__) from None
         raise
     fsync_dir(path.parent)
     return digest.hex()
+
+
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt that ``exc`` was raised while handling (None if there is none, or if ``exc`` is
+    that interrupt itself), so a Ctrl-C during a save reads as an interrupt, not as a serialisation error."""
+    seen = exc.__context__
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+        seen = seen.__context__
+    return None
 
 
 def _read_header(stream: BinaryIO, path: Path, size: int) -> tuple[bytes, int]:
