@@ -10,9 +10,6 @@ Glossary (``tf.distribute``'s, with PyTorch's names beside it):
 Names are imported on first use, so ``allgpu lint`` and ``allgpu doctor`` start without importing torch.
 """
 
-import importlib.abc
-import importlib.util
-import sys
 from importlib import import_module
 
 # Eager, and torch-free: a submodule named allgpu.launch would otherwise shadow the function.
@@ -24,7 +21,7 @@ _EXPORTS = {
     "Device": "allgpu.devices",
     "parse_device": "allgpu.devices",
     "visible_devices": "allgpu.devices",
-    "InputContext": "allgpu.data",
+    "InputContext": "allgpu.core.data",
     "Strategy": "allgpu.strategies",
     "OneDeviceStrategy": "allgpu.strategies",
     "MirroredStrategy": "allgpu.strategies",
@@ -37,45 +34,17 @@ _EXPORTS = {
     "History": "allgpu.train",
     "Callback": "allgpu.train",
     "Placement": "allgpu.runtime.placement",
-    "compute_average_loss": "allgpu.losses",
-    "ReduceOp": "allgpu.reduce_op",
+    "compute_average_loss": "allgpu.core.losses",
+    "ReduceOp": "allgpu.core.reduce_op",
     "TFConfigClusterResolver": "allgpu.runtime.cluster_resolver",
 }
 
-# Modules that moved in the 0.2 reshape, still importable under their old names (``import allgpu.tf_config``).
-_MOVED = {
-    "allgpu.cluster": "allgpu.runtime.cluster",
-    "allgpu.tf_config": "allgpu.runtime.cluster",
-    "allgpu.elastic": "allgpu.runtime.elastic",
-    "allgpu._replica": "allgpu.runtime.replica_main",
-    "allgpu.param_server": "allgpu.strategies.ps_server",
-    "allgpu.progress": "allgpu.train.progress",
-    "allgpu.metrics": "allgpu.train.metrics",
-    "allgpu.resume": "allgpu.train.checkpoint_plan",
-    # tf.distribute.cluster_resolver's spelling: allgpu.cluster_resolver.TFConfigClusterResolver()
-    "allgpu.cluster_resolver": "allgpu.runtime.cluster_resolver",
-}
-
-
-class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves a moved module under its old name: the same module object, not a copy."""
-
-    def find_spec(self, name, path=None, target=None):
-        return importlib.util.spec_from_loader(name, self) if name in _MOVED else None
-
-    def create_module(self, spec):
-        return import_module(_MOVED[spec.name])
-
-    def exec_module(self, module):
-        pass
-
-
-if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
-    sys.meta_path.append(_MovedModuleFinder())
-
 # Submodules reachable as attributes after a bare ``import allgpu`` (``allgpu.checkpoint.save(...)``).
-_SUBMODULES = ("checkpoint", "monitor", "doctor", "lint", "data", "devices", "strategies", "train", "errors",
-               "runtime", "cluster", "tf_config", "elastic", "bench", "demo", "cluster_resolver")
+_SUBMODULES = ("checkpoint", "monitor", "doctor", "lint", "devices", "strategies", "train", "errors", "runtime",
+               "bench", "keras")
+# tf.distribute.cluster_resolver's spelling (``allgpu.cluster_resolver.TFConfigClusterResolver()``): an attribute
+# naming the real module, as ``tf.distribute.cluster_resolver`` is reached.
+_ATTRIBUTE_MODULES = {"cluster_resolver": "allgpu.runtime.cluster_resolver"}
 
 __all__ = sorted([*_EXPORTS, "launch"])
 
@@ -87,6 +56,8 @@ def __getattr__(name: str):
         return value
     if name in _SUBMODULES:
         return import_module(f"allgpu.{name}")
+    if name in _ATTRIBUTE_MODULES:
+        return import_module(_ATTRIBUTE_MODULES[name])
     raise AttributeError(f"module 'allgpu' has no attribute {name!r}")
 
 

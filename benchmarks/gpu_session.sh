@@ -12,7 +12,7 @@ step doctor; $py -m allgpu.cli.main doctor; $py -m allgpu.cli.main doctor --json
 step "demo on every visible GPU"; (cd /tmp && $py -m allgpu.cli.main demo --quiet --report "$OLDPWD/$OUT/demo")
 step "fit with bf16 and fp16 on CUDA"; $py - <<'PY'
 import torch, allgpu
-from allgpu.demo import digits_cnn, digits_datasets
+from allgpu.bench.demo import digits_cnn, digits_datasets
 train, test = digits_datasets()
 for precision in ("bf16", "fp16"):
     strategy = allgpu.MirroredStrategy()

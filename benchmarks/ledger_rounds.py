@@ -18,7 +18,7 @@ import time
 import torch
 
 import allgpu
-from allgpu.sync import GradientSync
+from allgpu.core.sync import GradientSync
 
 MODELS = {
     "mlp_small (4.4K params)": lambda: torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),

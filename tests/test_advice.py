@@ -1,11 +1,11 @@
-"""allgpu.advice: one answer for loader workers and idle devices, whichever tool asks."""
+"""allgpu.devices.advice: one answer for loader workers and idle devices, whichever tool asks."""
 
 from __future__ import annotations
 
 import pytest
 
-from allgpu import advice
-from allgpu.data import auto_num_workers
+from allgpu.devices import advice
+from allgpu.core.data import auto_num_workers
 from allgpu.doctor import EnvironmentReading, idle_devices
 from allgpu.doctor.report import worker_advice
 from allgpu.errors import ArgumentError, DeviceError

@@ -5,8 +5,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from allgpu.replica_group import ReplicaGroup
-from allgpu.sync import FIRST_BUCKET_BYTES, GradientSync
+from allgpu.core.replica_group import ReplicaGroup
+from allgpu.core.sync import FIRST_BUCKET_BYTES, GradientSync
 
 MODELS = {
     "mlp_1m": lambda: nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 256), nn.ReLU(),

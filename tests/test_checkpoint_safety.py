@@ -13,7 +13,7 @@ from torch.utils.data import TensorDataset
 import allgpu
 from allgpu import checkpoint
 from allgpu.errors import CheckpointError
-from allgpu.progress import Callback
+from allgpu.train.progress import Callback
 
 
 class Count(Callback):

@@ -3,7 +3,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, TensorDataset
 
 import allgpu
-from allgpu.data import DistributedDataset, InputContext, ShardSampler
+from allgpu.core.data import DistributedDataset, InputContext, ShardSampler
 
 
 class Indices(Dataset):

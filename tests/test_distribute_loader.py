@@ -6,7 +6,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset, default_collate
 
 import allgpu
-from allgpu.data import batched_loader_settings
+from allgpu.core.data import batched_loader_settings
 from allgpu.errors import ArgumentError
 
 DATA = TensorDataset(torch.arange(40.0).unsqueeze(1), torch.arange(40))

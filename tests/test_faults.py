@@ -68,7 +68,7 @@ def midway(module, inputs):  # inside the 6th training step's forward pass
         fault("epoch")
 
 torch.manual_seed(0)
-with strategy.scope():  # 1.05M parameters: enough for the ledger to record each backward round (allgpu.sync)
+with strategy.scope():  # 1.05M parameters: enough for the ledger to record each backward round (allgpu.core.sync)
     model = torch.nn.Linear(1024, 1024)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 if where == "epoch":

@@ -95,7 +95,7 @@ def test_sharding_options_train_like_one_replica(one_replica, options):
 
 
 def test_sharding_plan_default_explicit_and_tied_weights():
-    from allgpu.strategies.sharding_plan import describe, plan_units
+    from allgpu.strategies.sharded.plan import describe, plan_units
 
     model = TiedNet()
     assert describe(plan_units(model)) == "3 x Block"  # Embedding and the tied output Linear stay in the root
@@ -222,7 +222,7 @@ def test_a_replica_missing_an_all_gather_is_named_by_the_ledger():
 
 
 def test_memory_advice_suggests_sharding_only_when_it_helps():
-    from allgpu.strategies.memory_advice import advice, state_bytes
+    from allgpu.core.memory_fit import advice, state_bytes
 
     model = torch.nn.Linear(1000, 1000)  # 1,001,000 float32 parameters
     adam = torch.optim.Adam(model.parameters())

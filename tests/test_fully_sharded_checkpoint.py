@@ -167,7 +167,7 @@ KILLED_RUN = """
 import os, signal, sys
 import torch
 import allgpu
-from allgpu.progress import Callback
+from allgpu.train.progress import Callback
 sys.path.insert(0, {repo!r})
 from tests.fsdp_models import TiedNet, make_data
 

@@ -1,5 +1,5 @@
 """FullyShardedStrategy with a model built on the meta device: sharded first, then only the shards materialised
-(allgpu/strategies/meta_init.py). Real Gloo replicas; the bytes a replica holds are counted from outside by a
+(allgpu/strategies/sharded/meta_init.py). Real Gloo replicas; the bytes a replica holds are counted from outside by a
 dispatch mode that sees every tensor torch allocates."""
 
 import weakref

@@ -1,14 +1,14 @@
-"""``needs-sharding``: the arithmetic (allgpu/advice.py), the torch count (strategies/memory_advice.py), the
+"""``needs-sharding``: the arithmetic (allgpu/devices/advice.py), the torch count (strategies/memory_advice.py), the
 monitor's rule and its reading edge, on one process. Real replicas: tests/test_memory_fit_replicas.py."""
 
 import pytest
 import torch
 
-from allgpu.advice import MEMORY_HEADROOM, MemoryFit, human_bytes, memory_finding, optimizer_slots
+from allgpu.devices.advice import MEMORY_HEADROOM, MemoryFit, human_bytes, memory_finding, optimizer_slots
 from allgpu.errors import ArgumentError
 from allgpu.monitor import ReplicaFigures, StepMonitor, diagnose
-from allgpu.strategies import memory_advice
-from allgpu.strategies.memory_advice import measure
+from allgpu.core import memory_fit as memory_advice
+from allgpu.core.memory_fit import measure
 
 
 def test_zero_accounting_per_optimizer():

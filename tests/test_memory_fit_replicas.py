@@ -21,7 +21,7 @@ def _model():
 
 
 def _train(capacity: int, kind: str = "MirroredStrategy"):
-    from allgpu.strategies import memory_advice
+    from allgpu.core import memory_fit as memory_advice
 
     memory_advice.device_capacity = lambda device: (capacity, "a fake reading")  # the device's edge, faked
     strategy = getattr(allgpu, kind)(timeout=60)

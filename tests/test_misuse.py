@@ -49,7 +49,7 @@ def test_malformed_cuda_visible_devices_is_explained_as_cuda_reads_it(value, say
     (64, "fewer than one global batch of 64"),
 ])
 def test_global_batch_zero_not_divisible_or_larger_than_the_data(batch, message):
-    from allgpu.data import DistributedDataset
+    from allgpu.core.data import DistributedDataset
 
     with pytest.raises(InputError, match=message):
         DistributedDataset(_data(), global_batch_size=batch, num_replicas=2, rank=0, device=torch.device("cpu"),

@@ -10,7 +10,7 @@ import pytest
 
 import allgpu
 from allgpu.errors import ReplicaFailedError
-from allgpu.ledger import Entry
+from allgpu.core.ledger import Entry
 from allgpu.monitor import install_hang_dump
 from allgpu.monitor.hang import behind_verdict
 

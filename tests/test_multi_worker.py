@@ -23,7 +23,7 @@ SCRIPT = """
 import json, os, signal, sys, time
 import torch
 import allgpu
-from allgpu.progress import Callback
+from allgpu.train.progress import Callback
 from allgpu.train import fit
 from tests.test_resume import Counting, dataset
 

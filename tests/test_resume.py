@@ -7,7 +7,7 @@ from torch.utils.data import TensorDataset
 
 import allgpu
 from allgpu.errors import ReplicaFailedError
-from allgpu.progress import Callback
+from allgpu.train.progress import Callback
 from allgpu.train import fit
 
 pytestmark = pytest.mark.replicas  # real processes: the replicas tier (see tests/conftest.py)

@@ -128,10 +128,10 @@ def measure(model: torch.nn.Module, make_batch, *, optimizer=None, steps: int = 
             bucket_cap_mb: float = 25.0, loss_fn=None) -> StepProfile:
     """Time ``steps`` single-device steps of ``model`` on ``make_batch() -> (x, y)``; medians per phase.
 
-    Buckets are :class:`allgpu.sync.GradientSync`'s (:func:`allgpu.sync.assign_buckets`, DDP's rule); a bucket is
+    Buckets are :class:`allgpu.core.sync.GradientSync`'s (:func:`allgpu.core.sync.assign_buckets`, DDP's rule); a bucket is
     ready when its last parameter's gradient is accumulated. Local.
     """
-    from allgpu.sync import assign_buckets
+    from allgpu.core.sync import assign_buckets
 
     loss_fn = loss_fn or torch.nn.CrossEntropyLoss()
     optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)

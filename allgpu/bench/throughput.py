@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # imported on use: predicting needs none of this module's sta
 
 MODELS = {
     # name: (builder, input shape per example, classes, global batch size)
-    "digits_cnn": ("allgpu.demo:digits_cnn", (1, 8, 8), 10, 64),
+    "digits_cnn": ("allgpu.bench.demo:digits_cnn", (1, 8, 8), 10, 64),
     "mlp_1m": ("allgpu.bench.throughput:mlp_1m", (784,), 10, 128),
 }
 

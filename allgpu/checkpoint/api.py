@@ -35,7 +35,7 @@ from allgpu.checkpoint.state import (
     param_names,
 )
 from allgpu.errors import ArgumentError, ArgumentTypeError, CheckpointError
-from allgpu.live import check_supported
+from allgpu.runtime.live import check_supported
 from allgpu.runtime.interrupt import note_checkpoints
 
 FORMAT = 1

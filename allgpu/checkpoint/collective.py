@@ -1,6 +1,6 @@
 """The few collectives checkpointing needs, each a no-op when ``torch.distributed`` is not initialised.
 
-On the job's default group they go through :meth:`allgpu.replica_group.ReplicaGroup.current`, the same
+On the job's default group they go through :meth:`allgpu.core.replica_group.ReplicaGroup.current`, the same
 collective layer as the strategies' own, so a replica that hangs or dies inside a checkpoint is named (replica,
 collective, line) like one that hangs in training. Background writes pass their own ``group`` (a separate Gloo
 group whose collectives never meet training's) and call ``torch.distributed`` directly.
@@ -13,7 +13,7 @@ from typing import Any
 import torch.distributed as dist
 
 from allgpu.errors import CheckpointError
-from allgpu.replica_group import ReplicaGroup
+from allgpu.core.replica_group import ReplicaGroup
 
 
 def initialized() -> bool:

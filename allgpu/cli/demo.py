@@ -27,7 +27,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from allgpu.demo import report_paths, run_demo, write_report
+    from allgpu.bench.demo import report_paths, run_demo, write_report
 
     if args.replicas and args.batch_size and args.batch_size % args.replicas:
         low = args.batch_size // args.replicas * args.replicas or args.replicas

@@ -1,4 +1,4 @@
-"""``allgpu run``: start a training script's replicas on PyTorch's elastic launcher (see ``allgpu.elastic``)."""
+"""``allgpu run``: start a training script's replicas on PyTorch's elastic launcher (see ``allgpu.runtime.elastic``)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from allgpu import elastic
+    from allgpu.runtime import elastic
 
     try:
         return elastic.run(

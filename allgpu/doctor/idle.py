@@ -1,12 +1,12 @@
 """The rule for a visible device that runs no replica, for callers that know where replicas run
 (the step monitor, strategies). Pure: it reads nothing from the machine. The computation, severity and fix
-are :mod:`allgpu.advice`'s, shared with the step monitor's ``idle-device`` rule."""
+are :mod:`allgpu.devices.advice`'s, shared with the step monitor's ``idle-device`` rule."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from allgpu.advice import IDLE_FIX, IDLE_SEVERITY, SHARED_FIX, device_use
+from allgpu.devices.advice import IDLE_FIX, IDLE_SEVERITY, SHARED_FIX, device_use
 from allgpu.findings import Finding
 
 __all__ = ["IDLE_FIX", "idle_devices"]

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from allgpu.advice import cpu_affinity, cpu_quota
+from allgpu.devices.advice import cpu_affinity, cpu_quota
 from allgpu.doctor.reading import EnvironmentReading, GpuLink, GpuProcess, GpuReading, PeerAccess, TorchDevice
 
 T = TypeVar("T")

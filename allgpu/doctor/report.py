@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from allgpu.advice import WorkerAdvice, suggest_workers
+from allgpu.devices.advice import WorkerAdvice, suggest_workers
 from allgpu.doctor.reading import EnvironmentReading
 from allgpu.doctor.rules import torch_gpus, visibility
 from allgpu.devices.visible import explain

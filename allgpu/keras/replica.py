@@ -6,7 +6,7 @@ instance (the class and the user's subclass stay untouched) and sets Keras's own
 
 - before the first step, the model and optimizer are built from one batch's shapes (Keras builds lazily), and
   every variable not yet mirrored is broadcast from replica 0 and its gradient handed to allgpu's bucketed
-  all-reduce (:class:`allgpu.sync.GradientSync`, overlapping backward); Keras's optimizer then reads averaged
+  all-reduce (:class:`allgpu.core.sync.GradientSync`, overlapping backward); Keras's optimizer then reads averaged
   ``param.grad``. Nothing else all-reduces gradients (Keras 3.15 has no PyTorch data parallelism of its own;
   a ``keras.distribution`` set beside allgpu is refused);
 - inputs are split by :mod:`allgpu.keras.shard`; a replica's gradient is weighted by its share of the global

@@ -28,7 +28,7 @@ from keras.src.trainers.data_adapters.data_adapter import DataAdapter
 from keras.src.trainers.data_adapters.py_dataset_adapter import PyDataset
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 
-from allgpu.data import to_device
+from allgpu.core.data import to_device
 from allgpu.errors import DatasetTypeError, InputError
 
 

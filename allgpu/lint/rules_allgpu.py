@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from allgpu.advice import MemoryFit, human_bytes, memory_finding, optimizer_slots
+from allgpu.devices.advice import MemoryFit, human_bytes, memory_finding, optimizer_slots
 from allgpu.lint.astutil import literal_text
 from allgpu.lint.flow import emit_outside_scope
 from allgpu.lint.model_size import ParamCounter, pretrained_name, size_in_name

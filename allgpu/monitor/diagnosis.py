@@ -8,12 +8,12 @@ TensorFlow Profiler's "input-bound" / "device-bound" verdicts):
                          waits least (the slowest replica's wait is pure communication; the others' also includes
                          waiting for it);
 ``straggler``            a replica whose typical (median) compute a step is over 1.2x the replicas' median;
-``idle-device``          a host with more visible GPUs than replicas on them (:func:`allgpu.advice.device_use`, the
+``idle-device``          a host with more visible GPUs than replicas on them (:func:`allgpu.devices.advice.device_use`, the
                          computation, severity and fix ``allgpu doctor``'s ``idle_devices`` uses too);
 ``shared-device``        a GPU that several replicas of one host share;
 ``host-bound``           "other" (Python between phases) over 30% of step time;
 ``needs-sharding``       parameters, gradients and optimizer state of a strategy that keeps a full copy per replica
-                         over 90% of a device's memory (:func:`allgpu.advice.memory_finding`, the arithmetic and
+                         over 90% of a device's memory (:func:`allgpu.devices.advice.memory_finding`, the arithmetic and
                          wording ``fit``'s warning, ``allgpu doctor --run`` and lint rule AG003 share).
 
 No I/O, no torch: the functions take figures and return :class:`allgpu.findings.Finding` s (``replica`` set where
@@ -26,7 +26,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from allgpu.advice import IDLE_FIX, IDLE_SEVERITY, SHARED_FIX, WORKERS_RULE, MemoryFit, device_use, memory_finding
+from allgpu.devices.advice import IDLE_FIX, IDLE_SEVERITY, SHARED_FIX, WORKERS_RULE, MemoryFit, device_use, memory_finding
 from allgpu.findings import Finding
 from allgpu.monitor.figures import ReplicaFigures
 

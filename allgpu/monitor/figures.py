@@ -34,7 +34,7 @@ class ReplicaFigures:
         step_compute_median_s: the median over steps of compute seconds a step: a replica's typical step, which a
             burst of load on a few steps does not move (None where only totals are known).
         step_comm_median_s / step_median_s: the same medians for the all-reduce wait and the whole step.
-        memory: the replica's training state against its device's memory (:meth:`allgpu.advice.MemoryFit.to_dict`),
+        memory: the replica's training state against its device's memory (:meth:`allgpu.devices.advice.MemoryFit.to_dict`),
             None when the monitor was not given the model or the strategy already shards it.
     """
 

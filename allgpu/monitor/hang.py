@@ -28,7 +28,7 @@ import time
 import traceback
 
 from allgpu.errors import MonitorUsageError
-from allgpu.ledger import Ledger
+from allgpu.core.ledger import Ledger
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

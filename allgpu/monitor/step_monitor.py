@@ -181,12 +181,12 @@ class StepMonitor:
         return report
 
     def _memory_fit(self) -> dict | None:
-        """This replica's state against its device (:class:`allgpu.advice.MemoryFit` as a dict), or None."""
+        """This replica's state against its device (:class:`allgpu.devices.advice.MemoryFit` as a dict), or None."""
         strategy = self.strategy
         if self._model is None or getattr(strategy, "offload_to_cpu", False):  # shards and state in host memory
             return None
         sharded = getattr(strategy, "forward_is_collective", False)
-        from allgpu.strategies.memory_advice import device_capacity, measure, visible_replicas
+        from allgpu.core.memory_fit import device_capacity, measure, visible_replicas
 
         total, source = (self._device_memory, "as given: device_memory= / --device-memory") if self._device_memory \
             else device_capacity(self._device)
@@ -264,7 +264,7 @@ class StepMonitor:
         self._step.added[phase] = self._step.added.get(phase, 0.0) + float(seconds)
 
     def add_sync_wait(self, sync) -> None:
-        """Add ``sync.wait_s`` (a :class:`~allgpu.sync.GradientSync`) as "comm" only when a new all-reduce round
+        """Add ``sync.wait_s`` (a :class:`~allgpu.core.sync.GradientSync`) as "comm" only when a new all-reduce round
         finished since the last call: under gradient accumulation, micro-steps without an all-reduce add nothing,
         where ``add("comm", sync.wait_s)`` would count the last round's wait again."""
         if not self.enabled:

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from allgpu.devices import Device, cuda_device_count, parse_device, resolve_replica_devices, why_no_gpu
 from allgpu.errors import ArgumentError, StrategyStartError
-from allgpu.live import check_second
+from allgpu.runtime.live import check_second
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.cluster import ClusterSpec, from_torchrun_env
 from allgpu.runtime.process_group import init_process_group

@@ -1,6 +1,6 @@
 """Distribution strategies, one per file: where parameters live and how they are kept in sync."""
 
-from allgpu.strategies.base import Strategy
+from allgpu.strategies.base.strategy import Strategy
 from allgpu.strategies.central_storage import CentralStorageStrategy
 from allgpu.strategies.fully_sharded import FullyShardedStrategy
 from allgpu.strategies.mirrored import MirroredStrategy

@@ -16,7 +16,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from allgpu.devices import parse_device
-from allgpu.mirror import mirror_tensors
+from allgpu.core.mirror import mirror_tensors
 from allgpu.strategies.mirrored import MirroredStrategy
 
 

@@ -6,7 +6,7 @@ Zhao et al., "PyTorch FSDP" (VLDB 2023). Start-up is :class:`MirroredStrategy`'s
 fallback); what differs is what ``scope()`` does on exit:
 
 1. parameters and buffers built inside are made identical on every replica (broadcast from replica 0);
-2. each model built inside is sharded: the units chosen by :mod:`allgpu.strategies.sharding_plan` first, then the
+2. each model built inside is sharded: the units chosen by :mod:`allgpu.strategies.sharded.plan` first, then the
    root; each replica keeps about 1/N of every parameter;
 3. optimizers built inside (over the not-yet-sharded parameters, as users write them) are pointed at the sharded
    parameters, so their state is sharded too.
@@ -38,14 +38,14 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 
 from allgpu import keras as keras_support
 from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError, UnsupportedError
-from allgpu.mirror import ScopeRecorder, mirror_tensors
+from allgpu.core.mirror import ScopeRecorder, mirror_tensors
 from allgpu.runtime.cluster import tf_config_cluster
 from allgpu.runtime.gloo_drain import wait_for_gloo_workers
-from allgpu.strategies.meta_init import materialise, meta_roots
+from allgpu.strategies.sharded.meta_init import materialise, meta_roots
 from allgpu.strategies.mirrored import MirroredStrategy
-from allgpu.strategies.sharded_compile import ShardedCompile, compile_sharded
-from allgpu.strategies.sharded_sync import ShardedGradientSync
-from allgpu.strategies.sharding_plan import describe, plan_units, validate_shard_modules
+from allgpu.strategies.sharded.compile import ShardedCompile, compile_sharded
+from allgpu.strategies.sharded.sync import ShardedGradientSync
+from allgpu.strategies.sharded.plan import describe, plan_units, validate_shard_modules
 
 PRECISIONS = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -153,7 +153,7 @@ class FullyShardedStrategy(MirroredStrategy):
         the model is built on the meta device (``with strategy.scope(), torch.device("meta"):``): then it is
         sharded first and only the shards are materialised, one module's parameters in full at a time, each
         initialised by its ``reset_parameters()`` under a seed from replica 0's ``torch.initial_seed()`` and the
-        module's name (:mod:`allgpu.strategies.meta_init`; the same on any replica count). Keras models
+        module's name (:mod:`allgpu.strategies.sharded.meta_init`; the same on any replica count). Keras models
         are sharded when Keras has built them (:meth:`_mirror_keras`); their ``fit`` etc. train on every replica.
         """
         recorder, keras_models = _ModuleRecorder(), keras_support.ModelRecorder()
@@ -181,7 +181,7 @@ class FullyShardedStrategy(MirroredStrategy):
     def compile(self, model: nn.Module, *, backend="inductor", **compile_kwargs) -> nn.Module:
         """Compile a sharded ``model`` per FSDP unit: each innermost unit's ``forward`` goes through
         ``torch.compile(backend=..., **compile_kwargs)`` in place, and FSDP2's all-gather and reduce-scatter hooks
-        run eagerly around it (torchtitan's per-block compile; see :mod:`allgpu.strategies.sharded_compile`).
+        run eagerly around it (torchtitan's per-block compile; see :mod:`allgpu.strategies.sharded.compile`).
         A plain ``torch.compile(model)`` is turned into the same at its first call. Local.
         Returns ``model`` itself (compiled in place; its parameters and optimizers are unchanged).
         """

@@ -10,7 +10,7 @@ raises.
 from __future__ import annotations
 
 from allgpu.runtime.placement import place_replicas, validate_fallback, validate_timeout
-from allgpu.strategies.base import Strategy, validate_sync_options
+from allgpu.strategies.base.strategy import Strategy, validate_sync_options
 
 
 class MirroredStrategy(Strategy):
@@ -36,7 +36,7 @@ class MirroredStrategy(Strategy):
         ClusterConfigError: an incomplete or inconsistent launcher environment.
     """
 
-    starts_replicas = True  # a second strategy in the process must agree with this one's count (allgpu.live)
+    starts_replicas = True  # a second strategy in the process must agree with this one's count (allgpu.runtime.live)
 
     def __init__(self, devices=None, *, num_replicas: int | None = None, fallback: str = "one_device",
                  timeout: float | None = None, backend: str | None = None, bucket_cap_mb: float = 25.0,

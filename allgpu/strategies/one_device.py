@@ -8,7 +8,7 @@ from __future__ import annotations
 from allgpu.devices import cuda_device_count, parse_device, why_no_gpu
 from allgpu.errors import DeviceError
 from allgpu.runtime.placement import Placement
-from allgpu.strategies.base import Strategy
+from allgpu.strategies.base.strategy import Strategy
 
 
 class OneDeviceStrategy(Strategy):

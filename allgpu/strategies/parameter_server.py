@@ -28,8 +28,8 @@ from allgpu.errors import ClusterConfigError, UnsupportedError
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.cluster import from_torchrun_env
 from allgpu.runtime.placement import Placement, launched_device
-from allgpu.strategies import ps_server as param_server
-from allgpu.strategies.base import Strategy
+from allgpu.strategies.ps import server as param_server
+from allgpu.strategies.base.strategy import Strategy
 
 
 class ParameterServerStrategy(Strategy):

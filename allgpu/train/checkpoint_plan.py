@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from allgpu.errors import ArgumentError
-from allgpu.data import DistributedDataset
+from allgpu.core.data import DistributedDataset
 from allgpu.runtime.interrupt import note_checkpoints
 
 

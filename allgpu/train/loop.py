@@ -13,12 +13,12 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from allgpu.errors import ArgumentError
-from allgpu.data import (DistributedDataset, PerReplicaInput, as_map_dataset, evaluation_shard,
+from allgpu.core.data import (DistributedDataset, PerReplicaInput, as_map_dataset, evaluation_shard,
                          per_replica_batch_size)
-from allgpu.live import check_supported
+from allgpu.runtime.live import check_supported
 from allgpu.monitor import StepMonitor, session as monitor_session
-from allgpu.strategies.base import Strategy
-from allgpu.strategies.memory_advice import warn_if_too_large
+from allgpu.strategies.base.strategy import Strategy
+from allgpu.core.memory_fit import warn_if_too_large
 from allgpu.strategies.one_device import OneDeviceStrategy
 from allgpu.train.checkpoint_plan import CheckpointPlan, ResumePoint
 from allgpu.train.epoch import EpochRunner, split_batch

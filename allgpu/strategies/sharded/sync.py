@@ -1,6 +1,6 @@
 """Gradient reduction for fully sharded modules: FSDP2's reduce-scatter, driven through GradientSync's interface.
 
-:class:`allgpu.accumulate.Accumulation`, ``Strategy.no_sync`` and ``fit`` talk to a gradient synchroniser through
+:class:`allgpu.core.accumulate.Accumulation`, ``Strategy.no_sync`` and ``fit`` talk to a gradient synchroniser through
 ``enabled`` (reduce in this backward or not), ``divisor`` (what the summed gradients are divided by) and the
 counters ``rounds`` / ``collectives`` / ``wait_s``. Here ``enabled`` maps to
 ``FSDPModule.set_requires_gradient_sync`` (FSDP2 then accumulates unsharded gradients locally, as DDP's
@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
-from allgpu.replica_group import ReplicaGroup
+from allgpu.core.replica_group import ReplicaGroup
 
 try:  # public in torch.distributed.fsdp._fully_shard since 2.7
     from torch.distributed.fsdp._fully_shard import AllGather, ReduceScatter

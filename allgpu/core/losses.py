@@ -38,7 +38,7 @@ def compute_average_loss(per_example_loss: torch.Tensor, global_batch_size: int 
         ValueError: ``global_batch_size`` is not a positive integer. Not a collective.
     """
     if strategy is None:
-        from allgpu.live import current
+        from allgpu.runtime.live import current
 
         strategy = current()
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1

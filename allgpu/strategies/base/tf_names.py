@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 
 class TFNames:
-    """Aliases mixed into :class:`allgpu.strategies.base.Strategy`; each says which method it stands for."""
+    """Aliases mixed into :class:`allgpu.strategies.base.strategy.Strategy`; each says which method it stands for."""
 
     def experimental_distribute_dataset(self, dataset, global_batch_size: int | None = None, **kwargs):
         """Alias of :meth:`distribute_dataset`, under ``tf.distribute``'s name."""

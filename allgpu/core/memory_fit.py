@@ -1,7 +1,7 @@
-"""Will training fit? The torch side of :class:`allgpu.advice.MemoryFit`: count a model's parameters and an
+"""Will training fit? The torch side of :class:`allgpu.devices.advice.MemoryFit`: count a model's parameters and an
 optimizer's state, read a device's memory, and warn from ``fit``.
 
-The arithmetic (ZeRO's accounting, the headroom, the finding's wording) lives in :mod:`allgpu.advice` so that
+The arithmetic (ZeRO's accounting, the headroom, the finding's wording) lives in :mod:`allgpu.devices.advice` so that
 ``fit``, the step monitor, ``allgpu doctor --run`` and the lint rule AG003 give one answer. With bf16 mixed
 precision the float32 copies stay (autocast, and FSDP2 keeps float32 shards and reduces gradients in float32), so
 the figures follow the parameters' own dtype, not the compute precision.
@@ -14,13 +14,13 @@ import warnings
 import torch
 from torch import nn
 
-from allgpu.advice import MEMORY_HEADROOM, MemoryFit, memory_finding, optimizer_slots as _slots_by_name
+from allgpu.devices.advice import MEMORY_HEADROOM, MemoryFit, memory_finding, optimizer_slots as _slots_by_name
 
 HEADROOM = MEMORY_HEADROOM  # kept for callers of the former name
 
 
 def optimizer_slots(optimizer: torch.optim.Optimizer | None) -> int:
-    """Per-parameter state tensors the optimizer keeps, each the parameter's size (:func:`allgpu.advice.optimizer_slots`)."""
+    """Per-parameter state tensors the optimizer keeps, each the parameter's size (:func:`allgpu.devices.advice.optimizer_slots`)."""
     if optimizer is None:
         return 0
     momentum = any(g.get("momentum", 0) for g in optimizer.param_groups)
@@ -30,7 +30,7 @@ def optimizer_slots(optimizer: torch.optim.Optimizer | None) -> int:
 def measure(model: nn.Module, optimizer: torch.optim.Optimizer | None, *, replicas: int = 1,
             device_bytes: int | None = None, strategy: str = "MirroredStrategy",
             capacity_source: str = "") -> MemoryFit:
-    """A :class:`~allgpu.advice.MemoryFit` of ``model``'s parameters (each counted once; a ``DTensor`` at its global
+    """A :class:`~allgpu.devices.advice.MemoryFit` of ``model``'s parameters (each counted once; a ``DTensor`` at its global
     size) and ``optimizer``'s per-parameter state, against ``device_bytes`` per device across ``replicas``."""
     params = {id(p): p for p in model.parameters()}.values()
     numel = param_bytes = trainable = 0

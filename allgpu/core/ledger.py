@@ -1,7 +1,7 @@
 """A small per-replica ledger of collectives, kept in the job's rendezvous store, that turns a hang into a name.
 
 Each replica records, before each collective it issues through a strategy (and, for models of 1M+ gradient
-elements, once per backward round's gradient all-reduce: ``allgpu.sync.GradientSync.record_rounds``), its sequence
+elements, once per backward round's gradient all-reduce: ``allgpu.core.sync.GradientSync.record_rounds``), its sequence
 number, the operation, the tensor shapes, the user's source line and the current step (when the step monitor
 runs), under ``allgpu/ledger/<rank>`` in the process group's store (a ``torch.distributed.TCPStore``). When a collective fails or times out, the replica
 reads every entry and says which replica is behind or diverged, at which collective, from which line.

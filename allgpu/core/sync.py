@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from allgpu.errors import ArgumentError
-from allgpu.replica_group import ReplicaGroup
+from allgpu.core.replica_group import ReplicaGroup
 
 
 FIRST_BUCKET_BYTES = 1024 * 1024
@@ -232,6 +232,6 @@ class GradientSync:
     def _broadcast_buffers(self) -> None:
         if not (self.broadcast_buffers and self.buffers and self.group.world_size > 1):
             return
-        from allgpu.mirror import mirror_tensors
+        from allgpu.core.mirror import mirror_tensors
 
         mirror_tensors(self.buffers, self.group, where="buffer broadcast after backward")

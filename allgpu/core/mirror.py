@@ -22,7 +22,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._pytree import tree_leaves
 
 from allgpu.errors import NotMirroredError, UnsupportedError
-from allgpu.replica_group import ReplicaGroup
+from allgpu.core.replica_group import ReplicaGroup
 
 
 class ScopeRecorder:

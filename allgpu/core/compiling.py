@@ -1,7 +1,7 @@
 """``torch.compile`` that keeps gradient all-reduce overlapping the backward pass.
 
 A compiled model's backward is one AOT-autograd graph: every parameter's gradient is accumulated, and so every
-post-accumulate-grad hook of :class:`allgpu.sync.GradientSync` fires, only when that graph has run to its end,
+post-accumulate-grad hook of :class:`allgpu.core.sync.GradientSync` fires, only when that graph has run to its end,
 so no all-reduce could start before the backward is over. DDP solves this with Dynamo's ``DDPOptimizer``
 (``torch/_dynamo/backends/distributed.py``): it splits the captured FX graph at bucket boundaries, counting
 parameter bytes in reverse graph order, and compiles each piece with the real backend. Each piece's backward is
@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 
 from allgpu.errors import ArgumentError, ArgumentTypeError
-from allgpu.sync import FIRST_BUCKET_BYTES, GradientSync
+from allgpu.core.sync import FIRST_BUCKET_BYTES, GradientSync
 
 
 def resolve_backend(backend: str | Callable) -> Callable:

@@ -18,15 +18,15 @@ import torch
 from torch.utils.data import DataLoader
 
 from allgpu.errors import ArgumentError, ArgumentTypeError
-from allgpu import live
-from allgpu.accumulate import Accumulation
+from allgpu.runtime import live
+from allgpu.core.accumulate import Accumulation
 from allgpu import keras as keras_support
-from allgpu.compiling import CompileOverlap, compile_model
-from allgpu.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput, batched_loader_settings
-from allgpu.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
-from allgpu.replica_group import REDUCE_OPS, ReplicaGroup
-from allgpu.strategies.tf_names import TFNames
-from allgpu.sync import COMPRESSIONS, GradientSync
+from allgpu.core.compiling import CompileOverlap, compile_model
+from allgpu.core.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput, batched_loader_settings
+from allgpu.core.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
+from allgpu.core.replica_group import REDUCE_OPS, ReplicaGroup
+from allgpu.strategies.base.tf_names import TFNames
+from allgpu.core.sync import COMPRESSIONS, GradientSync
 
 
 class Strategy(TFNames):
@@ -109,7 +109,7 @@ class Strategy(TFNames):
 
     @property
     def replica_group(self) -> ReplicaGroup:
-        """The job's collectives (:class:`allgpu.replica_group.ReplicaGroup`)."""
+        """The job's collectives (:class:`allgpu.core.replica_group.ReplicaGroup`)."""
         return self._group
 
     @property
@@ -186,7 +186,7 @@ class Strategy(TFNames):
         """``torch.compile(model)`` with the graph split at this strategy's gradient-bucket boundaries.
 
         Gradient all-reduce then overlaps the compiled backward, as under DDP (Dynamo's ``DDPOptimizer``; see
-        :mod:`allgpu.compiling`). A plain ``torch.compile(model)`` trains the same parameters, but its backward is
+        :mod:`allgpu.core.compiling`). A plain ``torch.compile(model)`` trains the same parameters, but its backward is
         one graph and every all-reduce waits for its end. ``compile_kwargs`` are ``torch.compile``'s. Local.
         Returns the compiled module (it shares ``model``'s parameters).
         """
@@ -284,14 +284,14 @@ class Strategy(TFNames):
 
     def optimizer_in_backward(self, optimizer: torch.optim.Optimizer | None):
         """Step ``optimizer`` inside every synchronising backward, one gradient bucket at a time, as soon as that
-        bucket's all-reduce completes (:mod:`allgpu.optim_backward`); ``None`` turns it off.
+        bucket's all-reduce completes (:mod:`allgpu.core.optim_backward`); ``None`` turns it off.
 
         Do not call ``optimizer.step()`` yourself while it is on (``zero_grad()`` as usual); parameters equal the
         ordinary step's for elementwise optimizers. Under accumulation the step happens on the k-th backward.
         Not with ``mixed_precision="fp16"`` (the loss scaler must see every gradient first). Local; every replica
-        must turn it on for the same backward passes. Returns the :class:`~allgpu.optim_backward.BucketStepper`.
+        must turn it on for the same backward passes. Returns the :class:`~allgpu.core.optim_backward.BucketStepper`.
         """
-        from allgpu.optim_backward import BucketStepper
+        from allgpu.core.optim_backward import BucketStepper
 
         if optimizer is not None and self._no_optimizer_in_backward:
             from allgpu.errors import UnsupportedError
@@ -329,13 +329,13 @@ class Strategy(TFNames):
         Every iteration is a new epoch with a new order, the same on every replica, and so is a new
         ``distribute_dataset`` object over the same data (``tf.data``'s ``reshuffle_each_iteration``): the
         strategy counts epochs per (seed, dataset length, global batch). Randomness drawn inside the dataset's
-        ``__getitem__`` is seeded per (seed, epoch, example index) (see :mod:`allgpu.data_rng`).
-        See :class:`allgpu.data.DistributedDataset`. Raises ValueError when the global batch does not divide
+        ``__getitem__`` is seeded per (seed, epoch, example index) (see :mod:`allgpu.core.data_rng`).
+        See :class:`allgpu.core.data.DistributedDataset`. Raises ValueError when the global batch does not divide
         evenly, TypeError for an iterable-style dataset. Local: each replica computes its own shard from the
         common seed, with no communication. Defaults: ``shuffle=True``, ``drop_remainder=True``,
         ``num_workers="auto"``; a ``DataLoader`` given without ``global_batch_size`` is read as a batched
         ``tf.data`` dataset: its ``batch_size`` is the global batch and its shuffling, ``drop_last``,
-        ``collate_fn`` and ``num_workers`` are kept (:func:`allgpu.data.batched_loader_settings`).
+        ``collate_fn`` and ``num_workers`` are kept (:func:`allgpu.core.data.batched_loader_settings`).
         """
         from_loader = global_batch_size is None and isinstance(dataset, DataLoader)
         global_batch_size, options = batched_loader_settings(

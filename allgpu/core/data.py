@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, TensorDataset
 
-from allgpu.advice import workers_here
-from allgpu.data_rng import SeededExamples, loader_generator, seeded
+from allgpu.devices.advice import workers_here
+from allgpu.core.data_rng import SeededExamples, loader_generator, seeded
 from allgpu.errors import ArgumentError, DatasetTypeError, InputError
 
 
@@ -63,7 +63,7 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
 
 
 def auto_num_workers(local_replicas: int) -> int:
-    """Loader workers per replica for ``num_workers="auto"``: :func:`allgpu.advice.suggest_workers` on this
+    """Loader workers per replica for ``num_workers="auto"``: :func:`allgpu.devices.advice.suggest_workers` on this
     process's cores (affinity, lowered by a cgroup quota), the number ``allgpu doctor`` prints."""
     return workers_here(max(1, local_replicas)).workers
 

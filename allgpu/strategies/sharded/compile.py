@@ -7,7 +7,7 @@ where a unit is called inside a loop (``nn.Sequential``, a ``ModuleList`` of blo
 for this reason; so does allgpu: the ``forward`` of every unit that holds no other unit is compiled in place,
 FSDP2's hooks run eagerly around it, and modules outside those units (the root's own layers) run eagerly.
 
-Two ways in, as for the mirrored strategies (:mod:`allgpu.compiling`): :meth:`FullyShardedStrategy.compile` (and
+Two ways in, as for the mirrored strategies (:mod:`allgpu.core.compiling`): :meth:`FullyShardedStrategy.compile` (and
 ``fit(compile=True)``), and a user's own ``torch.compile(model)``, which :class:`ShardedCompile` turns into the
 same per-unit compilation, with the user's backend and options, at the wrapper's first call (that first call's
 root frame is skipped by Dynamo; from the second on the root runs eagerly without trying).
@@ -49,7 +49,7 @@ def compile_sharded(model: nn.Module, *, backend: str | Callable = "inductor", *
         ArgumentTypeError: ``model`` is not an ``nn.Module``.
         ArgumentError: an unknown backend name.
     """
-    from allgpu.compiling import resolve_backend
+    from allgpu.core.compiling import resolve_backend
     from allgpu.errors import ArgumentTypeError
 
     if not isinstance(model, nn.Module):

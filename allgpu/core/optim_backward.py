@@ -1,7 +1,7 @@
 """Optimizer-in-backward: step a bucket's parameters as soon as that bucket's all-reduce completes.
 
 The ordinary step waits for every bucket, returns from ``backward()``, then walks all parameters again in
-``optimizer.step()``. Here :class:`allgpu.sync.GradientSync` calls :class:`BucketStepper` for each bucket at the
+``optimizer.step()``. Here :class:`allgpu.core.sync.GradientSync` calls :class:`BucketStepper` for each bucket at the
 end of backward, in bucket order, right after that bucket's all-reduce is waited for: bucket 0's update runs
 while the later buckets' all-reduces are still in flight, and each update reads gradients that were just written
 (still in cache). The idea is PyTorch's ``torch.distributed.optim._apply_optimizer_in_backward`` and DDP's

@@ -1,7 +1,7 @@
 """The replicas of one job: process-group start and the collectives a strategy offers.
 
 A :class:`ReplicaGroup` wraps a ``torch.distributed`` process group (NCCL on CUDA, Gloo on CPU) and adds what
-users need when something goes wrong: every collective is entered in the :class:`~allgpu.ledger.Ledger`, and a
+users need when something goes wrong: every collective is entered in the :class:`~allgpu.core.ledger.Ledger`, and a
 failed or timed-out one raises an error that names the replica that did not arrive. A world of one has no
 process group at all; its collectives return their input.
 """
@@ -18,7 +18,7 @@ import torch.distributed as dist
 from allgpu.runtime.gloo_drain import wait_for_gloo_workers
 from allgpu.runtime.replicas import peers_stopped
 from allgpu.errors import CollectiveTimeoutError, ReplicaFailedError
-from allgpu.ledger import Ledger
+from allgpu.core.ledger import Ledger
 
 EXIT_WAIT_S = 10.0
 

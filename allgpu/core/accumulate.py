@@ -18,7 +18,7 @@ all-reduce count that DDP's ``no_sync`` gives, without the user juggling context
 from __future__ import annotations
 
 from allgpu.errors import ArgumentError
-from allgpu.sync import GradientSync
+from allgpu.core.sync import GradientSync
 
 
 class Accumulation:

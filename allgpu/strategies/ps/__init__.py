@@ -1,0 +1,1 @@
+"""ParameterServerStrategy's server side (``server.py``): variable shards served over ``torch.distributed.rpc``."""
