@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # allgpu/
 _KEY = "allgpu/ledger/{}"
 
 

@@ -15,7 +15,7 @@ import weakref
 from allgpu.errors import StrategyStartError
 
 _LIVE: list[tuple[weakref.ref, str]] = []
-_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # allgpu/
 
 
 def _user_site() -> str:
