@@ -16,8 +16,9 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/allgpu demo
 
-test: install
-	$(PY) -m pytest -q
+test: install  # the unit tier first, and nothing more when it fails; then the process tiers
+	$(PY) -m pytest -q -m unit
+	$(PY) -m pytest -q -m "not unit"
 
 test-fast: install  # the unit tier: no processes, well under 30 s
 	$(PY) -m pytest -q -m unit

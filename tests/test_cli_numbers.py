@@ -4,7 +4,8 @@ no traceback from deep inside (`bench --rounds 0` was a StatisticsError), no sil
 
 import pytest
 
-from allgpu.cli.main import build_parser
+from allgpu import errors
+from allgpu.cli.main import build_parser, main
 
 BAD = [
     ("demo", "--replicas", "0"), ("demo", "--epochs", "-1"), ("demo", "--batch-size", "x"),
@@ -28,3 +29,19 @@ def test_good_numbers_pass():
     args = build_parser().parse_args(["run", "--cpu-replicas", "2", "--max-restarts", "0", "--node-rank", "0", "t.py"])
     assert (args.cpu_replicas, args.max_restarts, args.node_rank) == (2, 0, 0)
     assert build_parser().parse_args(["doctor", "--timeout", "2.5"]).timeout == 2.5
+
+
+@pytest.mark.parametrize("error, code", [
+    (errors.ArgumentError("bad --x"), 2), (errors.ScriptNotFoundError("no train.py"), 2),
+    (errors.ReplicaFailedError("replica 1 failed"), 1), (errors.CorruptCheckpointError("bad sha256"), 1),
+    (errors.CollectiveTimeoutError("replica 0 waited"), 1),
+])
+def test_exit_code_is_2_for_usage_errors_only_and_1_for_a_failed_run(monkeypatch, capsys, error, code):
+    from allgpu.cli import demo
+
+    def fail(args):
+        raise error
+
+    monkeypatch.setattr(demo, "run", fail)
+    assert main(["demo"]) == code
+    assert type(error).__name__ in capsys.readouterr().err

@@ -38,3 +38,14 @@ def positive_seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value:g}: expected a number of seconds > 0")
     return value
+
+
+USAGE = 2  # the command line or an input it names was wrong: nothing ran
+FAILED = 1  # it ran and failed (a replica, a collective, a checkpoint), or found problems
+
+
+def exit_code_for(error: BaseException) -> int:
+    """The exit code for an allgpu error: 2 (usage) for a bad argument or input (the errors that subclass
+    ``ValueError``, ``TypeError`` or ``FileNotFoundError``: nothing ran), 1 for a failed run (``RuntimeError``s:
+    a replica, a collective, a checkpoint, a start-up that failed)."""
+    return USAGE if isinstance(error, (ValueError, TypeError, FileNotFoundError)) else FAILED

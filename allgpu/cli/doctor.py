@@ -44,6 +44,8 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--log", type=Path, metavar="FILE",
                         help="explain a captured stdout/stderr of a TensorFlow, JAX, Keras or PyTorch run "
                              "('-' reads stdin): devices registered and used, and causes with evidence")
+    parser.add_argument("--explain", metavar="ID",
+                        help="print the explanation and fix for a finding id (from a monitor, doctor or lint line)")
     parser.add_argument("--no-frameworks", action="store_true",
                         help="do not read TensorFlow/JAX/Keras installs (each is imported in a child process)")
     parser.add_argument("--framework-timeout", type=positive_seconds, default=120.0, metavar="S",
@@ -130,6 +132,11 @@ def run_log(path: Path, *, json_out: bool = False) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.explain:
+        from allgpu.doctor.explain import explain
+
+        print(explain(args.explain), end="")  # an unknown id is an ArgumentError: exit 2, naming the known ids
+        return 0
     if args.run is not None:
         if not args.run:
             print("allgpu doctor --run: name the script. Fix: allgpu doctor --run train.py [args]", file=sys.stderr)

@@ -2,6 +2,10 @@
 
 Each command lives in its own module under ``allgpu.cli`` and exposes
 ``add_parser(subparsers) -> argparse.ArgumentParser`` and ``run(args) -> int`` (the exit code).
+
+Exit codes, every command: 0 success; 1 a failed run, or problems found (``lint`` findings, ``doctor`` errors);
+2 a usage error only (a bad option, a missing file, an input that cannot be read: nothing ran); under
+``allgpu doctor --run`` and ``allgpu run``, a script that failed gives the script's own exit code.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="allgpu",
         description="Train on every device you have; when one sits idle, say why.",
+        epilog="exit codes: 0 success; 1 a failed run or problems found; 2 a usage error (nothing ran); "
+               "doctor --run and run: a failed script's own code",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -35,13 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from allgpu.cli.arguments import exit_code_for
     from allgpu.errors import AllGpuError
 
     try:
         return int(args._run(args) or 0)
     except AllGpuError as exc:  # a mistake allgpu recognised: its message names the fix; no traceback
         print(f"allgpu {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+        return exit_code_for(exc)  # 2 for a usage error, 1 for a failed run
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from allgpu.cli.arguments import non_negative_int, positive_int
+from allgpu.cli.arguments import exit_code_for, non_negative_int, positive_int
 from allgpu.errors import AllGpuError
 
 _EPILOG = """\
@@ -75,4 +75,4 @@ def run(args: argparse.Namespace) -> int:
         )
     except (AllGpuError, FileNotFoundError) as exc:
         print(f"allgpu run: {exc}", file=sys.stderr)
-        return 2
+        return exit_code_for(exc)

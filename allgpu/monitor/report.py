@@ -67,14 +67,24 @@ class EpochReport:
             lines.append(f"- [{f.severity}] {f.id}: {f.message}\n  Fix: {f.fix}")
         return "\n".join(lines)
 
-    def print(self, console=None) -> None:
-        """Print the table and the diagnosis (to ``console``, a ``rich.console.Console``, or stdout)."""
+    def findings_lines(self) -> list[str]:
+        """The diagnosis, one line a finding, each pointing at ``allgpu doctor --explain ID`` for the fix."""
+        return [f"allgpu: [{f.severity}] {f.id}: {_first_sentence(f.message)} "
+                f"(fix: allgpu doctor --explain {f.id})" for f in self.diagnosis]
+
+    def print(self, console=None, *, detailed: bool = True) -> None:
+        """Print the table and the diagnosis (to ``console``, a ``rich.console.Console``, or stdout):
+        ``detailed`` with each finding's message and fix in full, else one line a finding."""
         from rich.console import Console
 
         console = console or Console()
         console.print(self.table())
-        console.print(UTIL_NOTE, markup=False, highlight=False)
-        console.print(self.findings_text(), markup=False, highlight=False)
+        if detailed:
+            console.print(UTIL_NOTE, markup=False, highlight=False)
+            console.print(self.findings_text(), markup=False, highlight=False)
+            return
+        for line in self.findings_lines() or ["allgpu: diagnosis: no problem found."]:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def to_dict(self) -> dict:
         """``{epoch, replicas: [...], diagnosis: [{id, severity, replica, message, fix}, ...]}`` (monitor.json)."""
@@ -85,6 +95,11 @@ class EpochReport:
     def from_dict(cls, data: dict) -> "EpochReport":
         return cls(data["epoch"], [ReplicaFigures.from_dict(r) for r in data["replicas"]],
                    [Finding(**f) for f in data["diagnosis"]])
+
+
+def _first_sentence(text: str) -> str:
+    head, dot, _ = text.partition(". ")
+    return head + ("." if dot else "")
 
 
 def finding_dict(f: Finding) -> dict:

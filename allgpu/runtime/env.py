@@ -11,6 +11,7 @@ these, which carry what torchrun has no name for:
 ``ALLGPU_TIMEOUT``          the launcher's collective timeout in seconds, used when the strategy gives none
 ``ALLGPU_CLUSTER_SOURCE``   who described the job: ``"allgpu"``, ``"TF_CONFIG"`` (else torchrun)
 ``ALLGPU_FRESH_STORE``      ``"1"``: each restart attempt gets its own store (``allgpu run`` with node ranks)
+``ALLGPU_WAIT_REPORT_S``    seconds between "still waiting at the rendezvous" reports (default 30; tests shorten it)
 ==========================  =========================================================================
 
 Launchers build the variables with :func:`replica_variables` / :func:`worker_variables`; replicas read them once
@@ -29,6 +30,7 @@ ERROR_DIR = "ALLGPU_ERROR_DIR"
 TIMEOUT = "ALLGPU_TIMEOUT"
 CLUSTER_SOURCE = "ALLGPU_CLUSTER_SOURCE"
 FRESH_STORE = "ALLGPU_FRESH_STORE"
+WAIT_REPORT_S = "ALLGPU_WAIT_REPORT_S"
 ALL = (DEVICES, DEVICE_KIND, ERROR_DIR, TIMEOUT, CLUSTER_SOURCE, FRESH_STORE)
 
 # Collective timeout in seconds when neither the strategy nor a launcher gives one (torch.distributed's default).
@@ -46,6 +48,7 @@ class LaunchEnv:
         timeout_s: the launcher's collective timeout, seconds.
         cluster_source: ``"allgpu"``, ``"TF_CONFIG"`` or None (torchrun or none).
         fresh_store: use a fresh rendezvous store per restart attempt.
+        wait_report_s: seconds between reports while a rendezvous waits for peers, or None for the default.
     """
 
     devices: tuple[str, ...] | None = None
@@ -54,6 +57,7 @@ class LaunchEnv:
     timeout_s: float | None = None
     cluster_source: str | None = None
     fresh_store: bool = False
+    wait_report_s: float | None = None
 
 
 def read(env: Mapping[str, str] | None = None) -> LaunchEnv:
@@ -67,6 +71,7 @@ def read(env: Mapping[str, str] | None = None) -> LaunchEnv:
         timeout_s=_positive_float(env.get(TIMEOUT)),
         cluster_source=env.get(CLUSTER_SOURCE) or None,
         fresh_store=env.get(FRESH_STORE) == "1",
+        wait_report_s=_positive_float(env.get(WAIT_REPORT_S)),
     )
 
 

@@ -10,15 +10,14 @@ it will give up (the start time plus the timeout).
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import threading
 import time
 from typing import Iterator
 
+from allgpu.runtime import env
 from allgpu.runtime.cluster import ClusterSpec, from_tf_config_env
 
-ENV_REPORT_S = "ALLGPU_WAIT_REPORT_S"
 REPORT_EVERY_S = 30.0
 
 
@@ -44,7 +43,7 @@ def peers(spec: ClusterSpec) -> str:
 @contextlib.contextmanager
 def reporting_wait(spec: ClusterSpec, timeout_s: float) -> Iterator[None]:
     """Report on stderr, every ``ALLGPU_WAIT_REPORT_S`` seconds, while the body (a rendezvous) has not returned."""
-    every = float(os.environ.get(ENV_REPORT_S, REPORT_EVERY_S))
+    every = env.read().wait_report_s or REPORT_EVERY_S
     since = time.time()
     done = threading.Event()
 

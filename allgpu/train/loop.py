@@ -53,7 +53,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         epochs: int, global_batch_size: int, strategy: Strategy | None = None, metrics: Sequence = ("accuracy",),
         validation_data=None, accumulation_steps: int = 1, mixed_precision: str | None = None,
         callbacks: Iterable[Callback] = (), shuffle: bool = True, seed: int = 0, num_workers: int | str = "auto",
-        verbose: bool = True, max_steps_per_epoch: int | None = None, checkpoint_dir=None,
+        verbose: int = 1, max_steps_per_epoch: int | None = None, checkpoint_dir=None,
         checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = True,
         monitor: bool = False, report_dir=None, compile: bool | dict = False,
         optimizer_in_backward: bool = False) -> History:
@@ -76,8 +76,11 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
             ``checkpoint_every`` optimizer steps); with ``resume=True`` a run finding a checkpoint there continues
             from it exactly (the way ``allgpu run --max-restarts`` recovers from a killed replica).
         keep_checkpoints: newest checkpoints kept.
-        monitor: time every step's phases on every replica and, each epoch, print (replica 0) a per-replica table
-            and the diagnosis of why a device idles (:class:`allgpu.monitor.StepMonitor`); reports are in
+        verbose: as Keras's: 0 silent; 1 (or True) one line per epoch, the monitor's table once at the end (and
+            when a finding first appears or changes), each finding on one line naming ``allgpu doctor --explain
+            ID``; 2 the table and every finding's full text after each epoch.
+        monitor: time every step's phases on every replica and print (replica 0, see ``verbose``) a per-replica
+            table and the diagnosis of why a device idles (:class:`allgpu.monitor.StepMonitor`); reports are in
             ``history.monitor_reports``.
         report_dir: with ``monitor``, write ``monitor.json`` and ``monitor.png`` here at the end (replica 0).
         compile: True to train through ``strategy.compile(model)`` (``torch.compile`` with the graph split at
@@ -134,6 +137,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     finally:
         if optimizer_in_backward:
             strategy.optimizer_in_backward(None)
+    end.finish(history)
     if monitor and report_dir:
         timer.write_report(report_dir)
     timer.close()
@@ -191,7 +195,9 @@ class _EpochEnd:
     mixed_precision: str | None
     plan: CheckpointPlan
     progress: EpochProgress
-    verbose: bool
+    verbose: int
+    _shown: frozenset = frozenset()  # the finding ids printed so far
+    _last_printed: bool = False
 
     def __call__(self, epoch: int, sums: MetricSums, seen: int, elapsed: float, global_step: int, history,
                  report) -> dict[str, float]:
@@ -205,14 +211,37 @@ class _EpochEnd:
                                  global_batch_size=self.global_batch_size, strategy=strategy, metrics=self.metrics,
                                  mixed_precision=self.mixed_precision, prefix="val_"))
         history.append(epoch, logs)
-        self.progress.end_epoch("  ".join(f"{k} {v:.4g}" for k, v in logs.items()))
+        self.progress.end_epoch("  ".join(f"{v:,.0f} samples/s" if k == "samples_per_second" else f"{k} {v:.4g}"
+                                          for k, v in logs.items()))
         if report is not None:  # after the epoch's progress line, which it explains
             history.monitor_reports.append(report)
-            if strategy.is_chief and self.verbose:
-                report.print(self.progress.console)
+            self._show(report)
         if self.plan.enabled:
             self.plan.save(epoch + 1, global_step, history)
         return logs
+
+
+    def _show(self, report) -> None:
+        """verbose=2: every epoch's table and full diagnosis; verbose=1: a finding's line when it first appears
+        (a finding that comes and goes is shown once), the table once at the end (:meth:`finish`)."""
+        self._last_printed = False
+        if not (self.strategy.is_chief and self.verbose):
+            return
+        ids = frozenset(f.id for f in report.diagnosis)
+        if int(self.verbose) >= 2:
+            report.print(self.progress.console)
+        else:
+            for finding, line in zip(report.diagnosis, report.findings_lines()):
+                if finding.id not in self._shown:
+                    self.progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        self._shown = self._shown | ids
+        self._last_printed = int(self.verbose) >= 2
+
+    def finish(self, history) -> None:
+        """At the end of ``fit`` (verbose=1): the last epoch's table and findings, unless just printed."""
+        reports = history.monitor_reports
+        if reports and self.strategy.is_chief and int(self.verbose) == 1 and not self._last_printed:
+            reports[-1].print(self.progress.console, detailed=False)
 
 
 def evaluate(model: torch.nn.Module, loss_fn: Callable, data, *, global_batch_size: int,

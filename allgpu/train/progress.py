@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Column
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 
 class Callback:
@@ -19,7 +19,7 @@ class Callback:
 
 
 class EpochProgress:
-    """One bar per epoch, shown by replica 0 when ``enabled``; silent elsewhere."""
+    """One line per epoch (a bar while it runs), shown by replica 0 when ``enabled``; silent elsewhere."""
 
     def __init__(self, enabled: bool, epochs: int, steps: int | None):
         self.enabled = enabled
@@ -34,8 +34,7 @@ class EpochProgress:
             return
         self._progress = Progress(
             TextColumn(f"epoch {epoch + 1}/{self.epochs}", table_column=Column(no_wrap=True)),
-            BarColumn(bar_width=20), MofNCompleteColumn(table_column=Column(no_wrap=True)),
-            TimeElapsedColumn(table_column=Column(no_wrap=True)),
+            BarColumn(bar_width=10), MofNCompleteColumn(table_column=Column(no_wrap=True)),
             # The metrics wrap rather than squeeze the step count and time into "16…" on an 80-column log.
             TextColumn("{task.fields[info]}", table_column=Column(overflow="fold")),
             console=self.console, transient=False,
