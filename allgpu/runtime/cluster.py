@@ -21,7 +21,7 @@ import ipaddress
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from allgpu.errors import ClusterConfigError
 from allgpu.runtime import env as launch_env
@@ -333,21 +333,3 @@ def from_env(
         return spec
     tf = from_tf_config_env(env)
     return None if tf is None else tf.to_cluster_spec(local_world_size, local_rank)
-
-
-def tf_config_cluster(tf: TFConfig | None = None) -> Callable[[int], ClusterSpec] | None:
-    """``cluster(local_replicas)`` for a launch-free multi-worker start from ``TF_CONFIG`` (or ``tf``), else None.
-
-    None under a launcher (``allgpu run``, torchrun: its environment places the replica) and without
-    ``TF_CONFIG``. Each worker's first replica is local rank 0 (:meth:`TFConfig.to_cluster_spec`).
-
-    Raises:
-        ClusterConfigError: a malformed ``TF_CONFIG``, naming the field.
-    """
-    if from_torchrun_env() is not None:
-        return None
-    tf = tf if tf is not None else from_tf_config_env()
-    if tf is None:
-        return None
-    return lambda local_replicas: tf.to_cluster_spec(local_replicas, 0)
-

@@ -1,4 +1,10 @@
-"""``TFConfigClusterResolver``: TensorFlow's way of handing a cluster to ``MultiWorkerMirroredStrategy``.
+"""Cluster resolvers, TensorFlow's way of handing a cluster to ``MultiWorkerMirroredStrategy``.
+
+``TFConfigClusterResolver`` is here; ``SlurmClusterResolver``, ``KubernetesClusterResolver``,
+``SkyPilotClusterResolver`` and ``RayClusterResolver`` live in :mod:`allgpu.runtime.engines.resolvers` and are
+reached through this module too (``allgpu.cluster_resolver.SlurmClusterResolver()``).
+
+``TFConfigClusterResolver``: TensorFlow's way of handing a cluster to ``MultiWorkerMirroredStrategy``.
 
 TensorFlow users write ``MultiWorkerMirroredStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())``;
 ``allgpu.cluster_resolver.TFConfigClusterResolver()`` takes the same place. It reads ``TF_CONFIG`` once, when
@@ -14,6 +20,12 @@ from typing import Mapping
 
 from allgpu.errors import ClusterConfigError
 from allgpu.runtime.cluster import TFConfig, parse_tf_config
+from allgpu.runtime.engines import Cluster, from_tf_config
+from allgpu.runtime.engines.resolvers import (EngineClusterResolver, KubernetesClusterResolver,
+                                              RayClusterResolver, SkyPilotClusterResolver, SlurmClusterResolver)
+
+__all__ = ["TFConfigClusterResolver", "SlurmClusterResolver", "KubernetesClusterResolver", "SkyPilotClusterResolver",
+           "RayClusterResolver", "EngineClusterResolver", "RESOLVERS"]
 
 
 class TFConfigClusterResolver:
@@ -60,6 +72,11 @@ class TFConfigClusterResolver:
         """This task's index within its role; None without ``TF_CONFIG``."""
         return None if self.tf_config is None else self.tf_config.task_index
 
+    def cluster(self) -> Cluster | None:
+        """The frozen description ``MultiWorkerMirroredStrategy`` places its replicas by; None without
+        ``TF_CONFIG`` (a job of one worker)."""
+        return None if self.tf_config is None else from_tf_config(self.tf_config)
+
     def cluster_spec(self) -> dict[str, list[str]]:
         """``TF_CONFIG``'s ``cluster``: role -> ``host:port`` list (empty without ``TF_CONFIG``)."""
         return {role: list(addresses) for role, addresses in (self._raw.get("cluster") or {}).items()}
@@ -72,3 +89,7 @@ class TFConfigClusterResolver:
 
     def __repr__(self) -> str:
         return f"TFConfigClusterResolver(task_type={self.task_type!r}, task_id={self.task_id!r})"
+
+
+#: every resolver ``MultiWorkerMirroredStrategy(cluster_resolver)`` accepts
+RESOLVERS = (TFConfigClusterResolver, EngineClusterResolver)

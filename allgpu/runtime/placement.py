@@ -3,11 +3,14 @@
 :func:`place_replicas` is what every synchronous strategy's constructor calls, after validating its own
 arguments. In order, it
 
-1. joins the job of a launcher (torchrun, ``allgpu run``, ``allgpu.launch``: ``RANK`` and ``WORLD_SIZE`` set);
+1. joins the job of an engine that started one process per replica (:mod:`allgpu.runtime.engines`: torchrun,
+   ``allgpu run``, ``allgpu.launch``, Ray Train, Slurm's ``srun`` tasks, one-process PyTorchJob pods), adopting
+   the process group the engine made (Ray Train) or initialising it at the engine's rendezvous address;
 2. joins a process group the user already initialised;
 3. otherwise (a plain ``python train.py``) resolves the devices and, for N > 1, re-executes the script once per
-   extra device (:class:`~allgpu.runtime.replicas.ScriptReplicas`) and becomes replica 0; with a ``TF_CONFIG``
-   this machine's replicas are placed in the multi-worker job it describes.
+   extra device (:class:`~allgpu.runtime.replicas.ScriptReplicas`) and becomes replica 0; under an engine that
+   starts one process per node (SkyPilot, Kubeflow Trainer / JobSet, ``TF_CONFIG`` for multi-worker
+   strategies) this machine's replicas are placed in the job it describes.
 
 If a multi-device start fails (a GPU that is not there, a driver or NCCL error, a replica that never arrives),
 ``fallback="one_device"`` continues on one device with a warning saying why; ``fallback="error"`` raises
@@ -19,7 +22,6 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -28,7 +30,8 @@ from allgpu.devices import Device, cuda_device_count, parse_device, resolve_repl
 from allgpu.errors import ArgumentError, StrategyStartError
 from allgpu.runtime.live import check_second
 from allgpu.runtime import env as launch_env
-from allgpu.runtime.cluster import ClusterSpec, from_torchrun_env
+from allgpu.runtime.cluster import ClusterSpec
+from allgpu.runtime.engines import Cluster, discover, launcher
 from allgpu.runtime.process_group import init_process_group
 from allgpu.runtime.replicas import ScriptReplicas, install_replica_excepthook
 
@@ -81,13 +84,15 @@ def validate_timeout(timeout: float | None) -> None:
 
 
 def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, timeout: float | None,
-                   backend: str | None, fallback: str,
-                   cluster: Callable[[int], ClusterSpec | None] | None = None) -> Placement:
+                   backend: str | None, fallback: str, cluster: Cluster | None = None,
+                   multi_worker: bool = False) -> Placement:
     """Start or join the job; see the module docstring. ``name`` is the strategy's class name, for messages.
 
     Args:
-        cluster: for a launch-free multi-worker start, ``cluster(local_replicas)`` gives this worker's first
-            replica's place in the job (from ``TF_CONFIG``), or None for a job on this machine alone.
+        cluster: the job a cluster resolver described (``MultiWorkerMirroredStrategy(cluster_resolver)``); None:
+            discover it (:func:`allgpu.runtime.engines.discover`). A launcher's environment wins over both.
+        multi_worker: the strategy spans machines described by ``TF_CONFIG`` too (TensorFlow's multi-worker
+            strategies); ``MirroredStrategy`` is one machine's, as in TensorFlow, but joins every other engine.
 
     Raises:
         DeviceError: bad device names (never fallen back from). ClusterConfigError: an inconsistent launcher
@@ -95,14 +100,19 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
     """
     launched = launch_env.read()
     timeout_s = launch_env.resolve_timeout(timeout, launched)
-    spec = from_torchrun_env()
+    engine = launcher(os.environ) or cluster or discover(tf_config=multi_worker)
+    spec = engine.process if engine is not None else None
     wanted = len(resolve_replica_devices(num_replicas, devices)) if (num_replicas or devices) else None
     if spec is not None or dist.is_initialized():  # a second strategy must not silently take another count
         check_second(name, wanted, joins_group=True)
     if spec is not None:
         install_replica_excepthook(spec.rank, launched.error_dir)
         device = launched_device(spec.local_rank, launched)
-        return _joined(spec, device, timeout_s, backend, launched.error_dir)
+        # torchrun's variables name the rendezvous (under torchrun: the agent's store); an engine such as Slurm
+        # names it only through its own variables, read into spec.
+        env_init = "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ and "RANK" in os.environ
+        init = "env://" if env_init else f"tcp://{spec.master_addr}:{spec.master_port}"
+        return _joined(spec, device, timeout_s, backend, launched.error_dir, init_method=init)
     if dist.is_initialized():
         if wanted is not None and wanted != dist.get_world_size():
             raise StrategyStartError(
@@ -113,13 +123,13 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
         return Placement(dist.get_rank(), dist.get_world_size(), local_rank, dist.get_world_size(),
                          launched_device(local_rank, launched), timeout_s, source="user")
     device_list = resolve_replica_devices(num_replicas, devices)
-    if devices is None and num_replicas is None and not device_list[0].is_cuda and cluster is None:
+    if devices is None and num_replicas is None and not device_list[0].is_cuda and engine is None:
         # tf.distribute logs the devices it took; a silent one-replica run on the CPU is the case to say why.
         warnings.warn(f"{name}() found no GPU, so it runs one replica on /cpu:0: {why_no_gpu()} For replicas on CPU "
                       "cores pass devices=['/cpu:0', '/cpu:1'] (or num_replicas=2); `allgpu doctor` explains the GPUs.",
                       RuntimeWarning, stacklevel=3)
     check_second(name, len(device_list), joins_group=False)
-    first = cluster(len(device_list)) if cluster is not None else None
+    first = engine.first_replica(len(device_list)) if engine is not None else None
     return _start(name, device_list, timeout_s, backend, fallback, first)
 
 

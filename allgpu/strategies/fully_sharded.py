@@ -39,7 +39,6 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from allgpu import keras as keras_support
 from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError, UnsupportedError
 from allgpu.core.mirror import ScopeRecorder, mirror_tensors
-from allgpu.runtime.cluster import tf_config_cluster
 from allgpu.runtime.gloo_drain import wait_for_gloo_workers
 from allgpu.strategies.sharded.meta_init import materialise, meta_roots
 from allgpu.strategies.mirrored import MirroredStrategy
@@ -107,6 +106,7 @@ class FullyShardedStrategy(MirroredStrategy):
 
     #: every forward pass all-gathers parameters, so every replica must run the same number (``evaluate`` pads).
     forward_is_collective = True
+    multi_worker = True  # like MultiWorkerMirroredStrategy: a launch-free start takes its place from TF_CONFIG too
 
     def __init__(self, devices=None, num_replicas: int | None = None, *, shard_modules=None,
                  reshard_after_forward: bool = True, mixed_precision: str | None = None,
@@ -132,10 +132,6 @@ class FullyShardedStrategy(MirroredStrategy):
         self.plans: dict[str, str] = {}  # root class name -> plan in words (for logs and tests)
         #: meta-device models: the most parameter bytes held in full at once while materialising (one module's)
         self.init_full_bytes = 0
-
-    def _cluster(self):
-        """Multi-worker like ``MultiWorkerMirroredStrategy``: a launch-free start takes its place from ``TF_CONFIG``."""
-        return tf_config_cluster()
 
     @property
     def gradient_sync(self) -> ShardedGradientSync:

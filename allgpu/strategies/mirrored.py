@@ -36,6 +36,7 @@ class MirroredStrategy(Strategy):
         ClusterConfigError: an incomplete or inconsistent launcher environment.
     """
 
+    multi_worker = False  # TF_CONFIG describes multi-worker strategies' jobs; MirroredStrategy is one machine's
     starts_replicas = True  # a second strategy in the process must agree with this one's count (allgpu.runtime.live)
 
     def __init__(self, devices=None, *, num_replicas: int | None = None, fallback: str = "one_device",
@@ -45,11 +46,12 @@ class MirroredStrategy(Strategy):
         validate_timeout(timeout)
         validate_sync_options(bucket_cap_mb, gradient_compression)
         placement = place_replicas(type(self).__name__, devices, num_replicas, timeout=timeout, backend=backend,
-                                   fallback=fallback, cluster=self._cluster())
+                                   fallback=fallback, cluster=self._cluster(),
+                                   multi_worker=self.multi_worker)
         super().__init__(placement, check_mirrored=True, bucket_cap_mb=bucket_cap_mb,
                          gradient_compression=gradient_compression)
         self.broadcast_buffers = broadcast_buffers
 
     def _cluster(self):
-        """``cluster(local_replicas)`` for a launch-free multi-worker start; None: a job on this machine."""
+        """The job a cluster resolver described; None: discover it from the environment."""
         return None

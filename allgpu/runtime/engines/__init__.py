@@ -1,0 +1,81 @@
+"""Cluster discovery: which engine started this process, read into one frozen :class:`Cluster`.
+
+One module per engine (:mod:`.slurm`, :mod:`.ray`, :mod:`.kubernetes`, :mod:`.skypilot`), beside torchrun's and
+``TF_CONFIG``'s readers in :mod:`allgpu.runtime.cluster`. :func:`discover` asks them in this order:
+
+1. **a launcher's replica**: torchrun, ``allgpu run``, ``allgpu.launch`` or Ray Train (``RANK``, ``WORLD_SIZE``
+   and ``LOCAL_RANK`` set; Ray Train named as such when ``ray.train.get_context()`` answers). A launcher run
+   inside an engine (``srun allgpu run``, torchrun in a Trainer pod, Ray on Slurm nodes) refines that engine's
+   description, so it wins without a comparison;
+2. **a Kubeflow PyTorchJob pod** running the script itself (``RANK``, ``WORLD_SIZE``, no ``LOCAL_RANK``);
+3. the engines that start one process per task or node, compared with each other: **Slurm** (a task of an
+   ``srun`` step), **TF_CONFIG** (for multi-worker strategies), **Kubeflow Trainer v2 / JobSet** (``PET_*``),
+   **SkyPilot** (``SKYPILOT_*``). The first present wins; two present that disagree on the number of processes
+   or on this one's index is a :class:`~allgpu.errors.ClusterConfigError` naming both.
+
+None of them: a single-machine job (launch-free start over this machine's devices).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from allgpu.errors import ClusterConfigError
+from allgpu.runtime.cluster import TFConfig, from_tf_config_env, from_torchrun_env, split_host_port
+from allgpu.runtime.engines import kubernetes, ray, skypilot, slurm
+from allgpu.runtime.engines.description import Cluster
+
+__all__ = ["Cluster", "discover", "from_tf_config"]
+
+
+def from_tf_config(tf: TFConfig) -> Cluster:
+    """A parsed ``TF_CONFIG`` as a :class:`Cluster`: one process per worker, worker 0 the rendezvous."""
+    hosts = tuple(split_host_port(w, "TF_CONFIG cluster")[0] for w in tf.workers)
+    return Cluster("TF_CONFIG", ("TF_CONFIG",), tf.num_workers, tf.worker_index, tf.rendezvous_host,
+                   tf.rendezvous_port, hosts=hosts)
+
+
+def launcher(env: Mapping[str, str]) -> Cluster | None:
+    """Step 1 and 2 of the order: a launcher's replica, or a PyTorchJob pod; None when neither."""
+    pod = kubernetes.detect_pytorchjob(env)
+    if pod is not None:
+        return pod
+    spec = from_torchrun_env(env)
+    if spec is None:
+        return None
+    from_ray = ray.detect(env)
+    if from_ray is not None:
+        return from_ray
+    return Cluster(spec.source, ("RANK", "WORLD_SIZE"), spec.world_size, spec.rank, spec.master_addr,
+                   spec.master_port, spec)
+
+
+def discover(env: Mapping[str, str] | None = None, *, tf_config: bool = True) -> Cluster | None:
+    """The job this process belongs to, in the order of the module docstring; None: a single-machine job.
+
+    Args:
+        env: the environment to read (default ``os.environ``).
+        tf_config: consider ``TF_CONFIG`` (multi-worker strategies do; ``MirroredStrategy`` is one machine's, as
+            in TensorFlow).
+
+    Raises:
+        ClusterConfigError: an engine's variables are malformed (naming them), or two engines disagree (naming
+            both).
+    """
+    env = os.environ if env is None else env
+    first = launcher(env)
+    if first is not None:
+        return first
+    tf = from_tf_config_env(env) if tf_config else None
+    found = [c for c in (slurm.detect(env), None if tf is None else from_tf_config(tf), kubernetes.detect_trainer(env),
+                         skypilot.detect(env)) if c is not None]
+    for other in found[1:]:
+        if not found[0].agrees_with(other):
+            a, b = found[0], other
+            raise ClusterConfigError(
+                f"two cluster engines describe this process differently: {a.engine} ({', '.join(a.variables)}) says "
+                f"process {a.index} of {a.units}, {b.engine} ({', '.join(b.variables)}) says process {b.index} of "
+                f"{b.units}. Fix: unset the variables of the engine that did not start this job (e.g. `unset "
+                f"{b.variables[0]}`), or make them agree.")
+    return found[0] if found else None

@@ -1,0 +1,139 @@
+"""Cluster discovery for each engine (allgpu.runtime.engines), from the environments each engine documents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from allgpu.runtime.cluster_resolver import (KubernetesClusterResolver, RayClusterResolver, SkyPilotClusterResolver,
+                                             SlurmClusterResolver, TFConfigClusterResolver)
+from allgpu.errors import ArgumentError, ClusterConfigError
+from allgpu.runtime.engines import discover, slurm
+
+
+def srun_env(procid: int, ntasks: int = 8, localid: int = 0, nodeid: int = 0, **extra) -> dict:
+    """The variables `srun -N 2 --ntasks-per-node 4` gives a task (as read from a real srun, minus the rest)."""
+    return {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(procid), "SLURM_LOCALID": str(localid),
+            "SLURM_NODEID": str(nodeid), "SLURM_STEP_NUM_TASKS": str(ntasks), "SLURM_NTASKS": str(ntasks),
+            "SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_JOB_NODELIST": "gpu[07-08]",
+            "SLURM_STEP_TASKS_PER_NODE": "4(x2)", **extra}
+
+
+def tf_config(index: int, workers=("a:2222", "b:2222")) -> str:
+    return json.dumps({"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": index}})
+
+
+def test_srun_task_is_one_replica_and_every_task_derives_the_same_rendezvous():
+    cluster = discover(srun_env(procid=6, localid=2, nodeid=1))
+    assert cluster.engine == "Slurm" and cluster.per_replica
+    spec = cluster.process
+    assert (spec.rank, spec.world_size, spec.local_rank, spec.local_world_size) == (6, 8, 2, 4)
+    assert cluster.hosts == ("gpu07", "gpu08") and spec.master_addr == "gpu07"
+    ports = {discover(srun_env(procid=p, localid=p % 4, nodeid=p // 4)).master_port for p in range(8)}
+    assert ports == {slurm.rendezvous_port(4242, 0)} and 15000 <= ports.pop() < 31000
+    assert slurm.rendezvous_port(4242, 1) != slurm.rendezvous_port(4242, 0)  # two steps at once in one job
+
+
+def test_srun_uneven_tasks_per_node_and_master_override():
+    env = srun_env(procid=4, ntasks=5, localid=0, nodeid=1, SLURM_STEP_TASKS_PER_NODE="4,1",
+                   MASTER_ADDR="10.0.0.5", MASTER_PORT="29555")
+    spec = discover(env).process
+    assert (spec.local_world_size, spec.master_addr, spec.master_port) == (1, "10.0.0.5", 29555)
+
+
+def test_a_batch_script_without_srun_is_not_a_slurm_step():
+    batch = {"SLURM_JOB_ID": "9", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "vm"}
+    assert discover(batch) is None
+
+
+def test_malformed_slurm_variable_is_named():
+    with pytest.raises(ClusterConfigError, match="SLURM_PROCID='x'"):
+        discover(srun_env(procid=0) | {"SLURM_PROCID": "x"})
+    with pytest.raises(ClusterConfigError, match="SLURM_STEP_NODELIST"):
+        discover({k: v for k, v in srun_env(procid=0).items() if k != "SLURM_STEP_NODELIST"})
+
+
+def test_two_engines_that_disagree_name_both():
+    env = srun_env(procid=1, ntasks=2, localid=1) | {"SLURM_STEP_TASKS_PER_NODE": "2", "TF_CONFIG": tf_config(0)}
+    with pytest.raises(ClusterConfigError) as err:
+        discover(env)
+    assert "Slurm" in str(err.value) and "TF_CONFIG" in str(err.value) and "process 1 of 2" in str(err.value)
+    # agreeing descriptions: the first in the documented order wins
+    agree = env | {"TF_CONFIG": tf_config(1)}
+    assert discover(agree).engine == "Slurm"
+    # MirroredStrategy (tf_config=False) does not read TF_CONFIG at all
+    assert discover(env, tf_config=False).engine == "Slurm"
+    sky = {"SKYPILOT_NODE_RANK": "0", "SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2", "SKYPILOT_NUM_NODES": "2"}
+    with pytest.raises(ClusterConfigError, match="SkyPilot"):
+        discover(srun_env(procid=3, ntasks=4) | sky)
+
+
+def test_a_launcher_inside_an_engine_wins_without_comparison():
+    # `srun allgpu run ...`: each replica of the per-node launcher carries torchrun's variables and the task's.
+    env = srun_env(procid=1, ntasks=2) | {"RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "1",
+                                         "MASTER_ADDR": "gpu07", "MASTER_PORT": "29400"}
+    cluster = discover(env)
+    assert cluster.engine == "torchrun" and (cluster.process.rank, cluster.process.world_size) == (5, 16)
+
+
+def test_legacy_pytorchjob_pod_derives_its_local_rank():
+    pod = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
+           "WORLD_SIZE": "3", "RANK": "2", "PYTHONUNBUFFERED": "0"}
+    cluster = discover(pod)
+    spec = cluster.process
+    assert cluster.engine == "PyTorchJob" and (spec.rank, spec.world_size, spec.local_rank, spec.local_world_size) \
+        == (2, 3, 0, 1)
+    # training-operator >= 1.7 with nprocPerNode 4: WORLD_SIZE counts processes, RANK is the pod's index
+    wide = pod | {"WORLD_SIZE": "12", "PET_NNODES": "3", "PET_NODE_RANK": "2", "PET_NPROC_PER_NODE": "4"}
+    first = discover(wide).first_replica(4)
+    assert (first.rank, first.world_size, first.master_addr) == (8, 12, "job-master-0")
+    # RANK/WORLD_SIZE by hand outside a pod: torchrun's reading, unchanged
+    assert discover({k: v for k, v in pod.items() if k != "KUBERNETES_SERVICE_HOST"}).engine == "torchrun"
+
+
+def test_trainer_v2_and_jobset_pet_variables():
+    pet = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "train-node-0-0.t",
+           "PET_MASTER_PORT": "29400"}
+    cluster = discover(pet)
+    assert cluster.engine == "Kubeflow Trainer" and not cluster.per_replica
+    first = cluster.first_replica(2)
+    assert (first.rank, first.world_size, first.master_addr, first.master_port) == (2, 4, "train-node-0-0.t", 29400)
+    with pytest.raises(ClusterConfigError, match="PET_MASTER_ADDR"):
+        discover({k: v for k, v in pet.items() if k != "PET_MASTER_ADDR"})
+    with pytest.raises(ClusterConfigError, match="PET_NNODES='1:4'"):
+        discover(pet | {"PET_NNODES": "1:4"})
+
+
+def test_skypilot_node():
+    sky = {"SKYPILOT_NODE_RANK": "1", "SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2\n", "SKYPILOT_NUM_NODES": "2",
+           "SKYPILOT_NUM_GPUS_PER_NODE": "8"}
+    first = discover(sky).first_replica(8)
+    assert (first.rank, first.world_size, first.master_addr, first.master_port) == (8, 16, "10.0.0.1", 29500)
+    with pytest.raises(ClusterConfigError, match="lists 2 addresses"):
+        discover(sky | {"SKYPILOT_NUM_NODES": "3"})
+
+
+def test_resolvers_with_tensorflow_names():
+    r = SlurmClusterResolver(env=srun_env(procid=5, localid=1, nodeid=1))
+    assert r.task_type == "worker" and r.task_id == 5 and r.cluster().engine == "Slurm"
+    assert r.cluster_spec()["worker"][4].startswith("gpu08:") and len(r.cluster_spec()["worker"]) == 8
+    assert r.master(rpc_layer="grpc").startswith("grpc://gpu07:")
+    with pytest.raises(ClusterConfigError, match="srun"):
+        SlurmClusterResolver(env={})
+    with pytest.raises(ArgumentError, match="jobs"):
+        SlurmClusterResolver(jobs={"ps": 1, "worker": 3}, env=srun_env(procid=0))
+    pod = {"KUBERNETES_SERVICE_HOST": "x", "MASTER_ADDR": "m", "MASTER_PORT": "1", "WORLD_SIZE": "2", "RANK": "1"}
+    assert KubernetesClusterResolver(env=pod).task_id == 1
+    sky = {"SKYPILOT_NODE_RANK": "0", "SKYPILOT_NODE_IPS": "10.0.0.1", "SKYPILOT_NUM_NODES": "1"}
+    assert SkyPilotClusterResolver(env=sky).master() == "10.0.0.1:29500"
+    with pytest.raises(ClusterConfigError, match="Ray Train"):
+        RayClusterResolver()
+    assert TFConfigClusterResolver(env={"TF_CONFIG": tf_config(1)}).cluster().index == 1
+
+
+def test_multi_worker_refuses_another_resolver_kind():
+    import allgpu
+
+    with pytest.raises(ArgumentError, match="SlurmClusterResolver"):
+        allgpu.MultiWorkerMirroredStrategy(object())
