@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -179,3 +180,14 @@ def test_parser_warnings_about_user_code_are_not_printed():
 def test_notebook_percent_formatting_on_a_continuation_line_is_python_not_a_magic():
     nb = notebook(("code", "x = 1\nprint('epoch %d'\n      %(x))\n%time y = 2\n!ls"))
     assert check_source(nb, "nb.ipynb") == []
+
+
+def test_docs_lint_has_a_section_with_the_fix_for_every_rule():
+    from allgpu.lint.catalog import RULES
+    text = (Path(__file__).resolve().parent.parent / "docs" / "lint.md").read_text()
+    sections = text.split("\n## ")[1:]
+    by_id = {s.split(":", 1)[0]: s for s in sections}
+    assert set(by_id) == set(RULES)
+    for rid, body in by_id.items():
+        assert "**Fix:**" in body, rid
+        assert RULES[rid].fix, rid

@@ -378,11 +378,13 @@ def test_tf007_fit_batch_size_ignored_for_datasets():
     assert "TF007" not in ids(HEAD + "train_dataset = loader.get()\nmodel.fit(train_dataset, batch_size=32)\n")
 
 
-def test_rules_below_090_held_out_precision_are_off_by_default_but_selectable():
+def test_flagship_rules_on_by_default_and_tf012_only_when_selected():
     from allgpu.lint import check_source
     from allgpu.lint.catalog import DEFAULT_OFF
-    assert {"TF001", "TF007", "TF012"} <= DEFAULT_OFF
+    assert DEFAULT_OFF <= {"TF012"}
     src = HEAD.replace("B = 64 * strategy.num_replicas_in_sync\n", "") + \
         "model = tf.keras.Sequential([tf.keras.layers.Dense(1)])\nmodel.compile('adam', 'mse')\nmodel.fit(x, y, batch_size=32)\n"
-    assert not {"TF001", "TF007"} & {f.rule_id for f in check_source(src, "t.py")}
-    assert {"TF001", "TF007"} <= {f.rule_id for f in check_source(src, "t.py", select="TF001,TF007")}
+    assert {"TF001", "TF007"} <= {f.rule_id for f in check_source(src, "t.py")}
+    mw = "import tensorflow as tf\nstrategy = tf.distribute.MultiWorkerMirroredStrategy()\n"
+    assert "TF012" not in {f.rule_id for f in check_source(mw, "t.py")}
+    assert "TF012" in {f.rule_id for f in check_source(mw, "t.py", select="TF012")}

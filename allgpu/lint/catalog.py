@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from allgpu.errors import UnknownRuleError
 from allgpu.lint.findings import Rule
 
@@ -209,15 +211,51 @@ _R = [
          "FullyShardedStrategy. Info only: an OOM handler alone does not say what fills the device."),
 ]
 
-RULES: dict[str, Rule] = {r.id: r for r in _R}
+# The fix in one line: every finding's message ends with ``Fix: <this>`` (``--explain`` gives it in full).
+_FIX = {
+    "E999": "port the file to Python 3 (`2to3 -w FILE`) or correct the line; the parts that parse were checked",
+    "TF001": "create it under `with strategy.scope():` (model, optimizer, metrics and compile), then train",
+    "TF002": "remove the `tf.device` pin and build the model under `with tf.distribute.MirroredStrategy().scope():`",
+    "TF003": "delete the line; choose GPUs at launch (`CUDA_VISIBLE_DEVICES=0,1 python train.py`) or list several",
+    "TF004": "iterate `strategy.experimental_distribute_dataset(dataset)` and call `strategy.run` on its batches",
+    "TF005": "call it through `strategy.run(step, args=(batch,))` inside a `@tf.function`",
+    "TF006": "use `reduction=tf.keras.losses.Reduction.NONE` and "
+             "`tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)`",
+    "TF007": "`GLOBAL_BATCH = BATCH_PER_REPLICA * strategy.num_replicas_in_sync` and batch by GLOBAL_BATCH",
+    "TF008": "end the pipeline with `.prefetch(tf.data.AUTOTUNE)`",
+    "TF009": "`.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`",
+    "TF010": "sum the gradients into accumulators and call apply_gradients once every k micro-steps",
+    "TF011": "wrap the function that calls `strategy.run` in `@tf.function`",
+    "TF012": "set TF_CONFIG on every worker, or pass a cluster resolver (`SlurmClusterResolver()`)",
+    "PT001": "one process per GPU: DistributedDataParallel under torchrun, or `allgpu.MirroredStrategy()`",
+    "PT002": "`torch.cuda.set_device(local_rank)` and `device = torch.device('cuda', local_rank)` "
+             "(local_rank = int(os.environ['LOCAL_RANK']))",
+    "PT003": "`DataLoader(dataset, sampler=DistributedSampler(dataset), ...)` (and no shuffle=True)",
+    "PT004": "call `sampler.set_epoch(epoch)` at the start of every epoch",
+    "PT005": "`DataLoader(..., num_workers=4, pin_memory=True, persistent_workers=True)`",
+    "PT006": "wrap the backward of the non-final micro-steps in `with model.no_sync():`",
+    "PT007": "save under `if dist.get_rank() == 0:` (the global rank)",
+    "PT008": "`model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping in DDP",
+    "PT009": "`model = DistributedDataParallel(model.to(local_rank), device_ids=[local_rank])`",
+    "PT010": "delete the line; choose GPUs at launch (`CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun ...`)",
+    "PT011": "`torch.load(path, map_location='cpu', weights_only=True)`",
+    "PT012": "run the forward (evaluation, sampling) on every replica and reduce the metric; "
+             "print or save under the rank guard only",
+    "AG001": "create the model and optimizer under `with strategy.scope():`",
+    "AG002": "`loss = allgpu.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)` or a plain mean",
+    "AG003": "`strategy = allgpu.FullyShardedStrategy()` (the same API as MirroredStrategy)",
+    "AG004": "check with `allgpu doctor --run train.py`; shard with `allgpu.FullyShardedStrategy()` if the "
+             "state is the problem",
+}
+
+RULES: dict[str, Rule] = {r.id: replace(r, fix=_FIX.get(r.id, "")) for r in _R}
 
 # Rules off by default: they run only when ``--select`` names them (by id or by a prefix such as ``TF``).
-# TF012: on the corpus's tuning half it was wrong every time it fired (0 of 2): real multi-worker scripts get
-# TF_CONFIG from their launcher's environment (Kubernetes TFJob, Slurm wrappers), which no static check sees.
-# The others: held-out precision below 0.9 on the real-world corpus (2026-11-23, 99 held-out files):
-# TF001 0.17 (1 of 6), TF003 0.00 (0 of 1), TF007 0.67 (10 of 15), TF011 0.50 (1 of 2), PT002 0.50 (1 of 2).
-# They stay off until fixed and re-measured on a fresh held-out set (README, "allgpu lint").
-DEFAULT_OFF: frozenset[str] = frozenset({"TF012", "TF001", "TF003", "TF007", "TF011", "PT002"})
+# Every rule is on unless its precision on the held-out half of the corpus is below 0.9; docs/lint.md and the
+# README say why for each one left here.
+# TF012: real multi-worker scripts get TF_CONFIG from their launcher's environment (Kubernetes TFJob, Slurm
+# wrappers), which no static check sees: on the corpus's tuning half it was wrong every time it fired (0 of 3).
+DEFAULT_OFF: frozenset[str] = frozenset({"TF012"})
 
 
 def explain(rule_id: str) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from allgpu.errors import LintUsageError
-from allgpu.lint import rules_allgpu, rules_env, rules_tf, rules_tf_input, rules_torch
+from allgpu.lint import rules_allgpu, rules_env, rules_tf, rules_tf_device, rules_tf_input, rules_torch
 from allgpu.lint.catalog import DEFAULT_OFF, RULES
 from allgpu.lint.compile_check import compile_errors
 from allgpu.lint.facts import Facts
@@ -26,7 +26,7 @@ from allgpu.lint.notebook_files import writefile_scripts
 from allgpu.lint.resolve import Module
 
 CHECKS = (
-    rules_tf.check_tf001, rules_tf.check_tf002, rules_tf.check_tf003_visible, rules_env.check_visible_devices,
+    rules_tf.check_tf001, rules_tf_device.check_tf002, rules_tf_device.check_tf003_visible, rules_env.check_visible_devices,
     rules_tf.check_tf004, rules_tf.check_tf005, rules_tf.check_tf006, rules_tf_input.check_tf007,
     rules_tf_input.check_tf008, rules_tf_input.check_tf009, rules_tf.check_tf010, rules_tf.check_tf011,
     rules_tf_input.check_tf012,
@@ -188,14 +188,23 @@ def _cell_ref(line: int, origin) -> str:
 
 def _located(filename: str, line: int, col: int, rule_id: str, message: str, origin, starts) -> Finding:
     """A finding at ``line`` of the checked text, mapped back to its notebook cell when there is one."""
-    severity = RULES[rule_id].severity
+    rule = RULES[rule_id]
     if origin is not None:  # "called at line N" of the joined cells -> the cell and the line in it
         message = _CALLED_AT.sub(lambda m: _cell_ref(int(m.group(1)), origin), message)
+    message = with_fix(message, rule)
     if origin is not None and 0 < line <= len(origin):
         cell, cell_line = origin[line - 1]
         file_line = starts[cell] + cell_line - 1 if cell in starts else None
-        return lint_finding(filename, cell_line, col, rule_id, severity, message, cell=cell, file_line=file_line)
-    return lint_finding(filename, line, col, rule_id, severity, message)
+        return lint_finding(filename, cell_line, col, rule_id, rule.severity, message, cell=cell,
+                            file_line=file_line, fix=rule.fix)
+    return lint_finding(filename, line, col, rule_id, rule.severity, message, fix=rule.fix)
+
+
+def with_fix(message: str, rule) -> str:
+    """``message`` ending with the rule's one-line fix (``...; Fix: ...``), unless it already gives one."""
+    if not rule.fix or "Fix:" in message:
+        return message
+    return f"{message.rstrip('. ')}. Fix: {rule.fix}"
 
 
 def _writefile_findings(raw: str, filename: str, starts: dict[int, int], select, ignore) -> list[Finding]:

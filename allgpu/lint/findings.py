@@ -26,6 +26,7 @@ class Rule:
         title: short name, used as the SARIF rule name.
         message: the one-line message a finding carries.
         explanation: what goes wrong, why, and the fix (printed by ``allgpu lint --explain ID``).
+        fix: the fix in one line; every finding's message ends with it (``... Fix: <fix>``).
     """
 
     id: str
@@ -33,13 +34,15 @@ class Rule:
     title: str
     message: str
     explanation: str = field(repr=False)
+    fix: str = ""
 
 
 def lint_finding(path: str, line: int, col: int, rule_id: str, severity: str, message: str,
-                 cell: int | None = None, file_line: int | None = None) -> Finding:
+                 cell: int | None = None, file_line: int | None = None, fix: str = "") -> Finding:
     """A :class:`~allgpu.findings.Finding` at ``path:line:col`` (the lint checker's former positional spelling).
 
-    ``fix`` points at ``allgpu lint --explain ID``, where each rule's explanation gives the fix in full.
+    ``fix`` is the rule's one-line fix, followed by a pointer to ``allgpu lint --explain ID`` (the fix in full).
     """
-    return Finding(rule_id, severity, message or rule_id, f"`allgpu lint --explain {rule_id}` gives the fix.",
+    more = f"`allgpu lint --explain {rule_id}` gives the fix in full."
+    return Finding(rule_id, severity, message or rule_id, f"{fix} ({more})" if fix else more,
                    location=Location(path, line, col, cell, file_line))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from allgpu.lint.resolve import const_str, literal_text
-from allgpu.lint.rules_tf import multi_device_intent
+from allgpu.lint.rules_tf_device import multi_device_intent
 
 _KEY = "CUDA_VISIBLE_DEVICES"
 

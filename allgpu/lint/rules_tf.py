@@ -1,9 +1,8 @@
-"""TensorFlow/Keras rules about placement and the custom loop: TF001-TF006 and TF010-TF011."""
+"""TensorFlow/Keras rules about scope and the custom loop: TF001, TF004-TF006 and TF010-TF011."""
 
 from __future__ import annotations
 
 import ast
-import re
 
 from allgpu.lint import tfdata
 from allgpu.lint.facts import reachable_functions
@@ -13,8 +12,6 @@ from allgpu.lint.resolve import const_str, dotted, iter_body_nodes, kwarg
 _KERAS_MODELS = {"keras.Sequential", "keras.Model", "keras.models.Sequential", "keras.models.Model",
                  "keras.models.load_model", "keras.models.clone_model", "keras.saving.load_model"}
 _TF_MODEL_BASES = {"keras.Model", "keras.Sequential", "keras.models.Model", "keras.layers.Layer", "tensorflow.Module"}
-_SINGLE_GPU = re.compile(r"^(/?job:[^/]+(/replica:\d+)?(/task:\d+)?)?/?(device:)?(gpu|cuda):\d+$")
-_INTENT_NAMES = {"num_gpus", "n_gpus", "ngpus", "gpu_count", "num_devices", "n_devices", "n_gpu", "num_gpu"}
 
 
 def _cap(qn: str) -> bool:
@@ -129,68 +126,6 @@ def _baseline_before_strategy(ctx, stack: list) -> bool:
         if any(line >= first for line in uses):
             return False
     return True
-
-
-def multi_device_intent(ctx) -> bool:
-    """The script means to use several devices: a multi-device tf.distribute strategy, ``multi_gpu_model``, or a
-    ``num_gpus``-style name. Without it, pinning or choosing one GPU is simply how a one-GPU script runs."""
-    mod = ctx.mod
-    return (ctx.facts.has_strategy("tf") or any(n.lower() in _INTENT_NAMES for n in mod.name_ids)
-            or "num_gpus" in mod.attrs or "multi_gpu_model" in mod.name_ids or "multi_gpu_model" in mod.attrs)
-
-
-def check_tf002(ctx) -> None:
-    mod, facts = ctx.mod, ctx.facts
-    if not multi_device_intent(ctx):
-        return
-    for call, qn in mod.calls:
-        if qn != "tensorflow.device" or not call.args:
-            continue
-        dev = const_str(call.args[0])
-        item = mod.parent.get(id(call))
-        if dev is None or not _SINGLE_GPU.match(dev.strip().lower()) or not isinstance(item, ast.withitem):
-            continue
-        with_node = mod.parent[id(item)]
-        inner = [n for n in iter_body_nodes(with_node.body)
-                 if isinstance(n, ast.Call) and mod.qualname(n.func) == "tensorflow.device"]
-        if inner:  # per-tower placement inside: the TF1 multi-tower pattern
-            continue
-        if facts.features(with_node.body, with_node) & {"fit", "tape", "apply"}:
-            ctx.emit("TF002", call, f"training pinned to {dev!r} with tf.device(): the other GPUs stay idle")
-
-
-def _narrow_list(mod, node: ast.expr) -> bool:
-    """``gpus[0]``, ``gpus[:1]``, ``[gpus[0]]``: exactly one device, chosen by a constant."""
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return len(node.elts) == 1 and _narrow_list(mod, node.elts[0])
-    if isinstance(node, ast.Subscript):
-        sl = node.slice
-        if isinstance(sl, ast.Constant) and isinstance(sl.value, int):
-            return True
-        if isinstance(sl, ast.Slice) and sl.step is None:
-            lo = sl.lower.value if isinstance(sl.lower, ast.Constant) else (0 if sl.lower is None else None)
-            hi = sl.upper.value if isinstance(sl.upper, ast.Constant) else None
-            return isinstance(lo, int) and isinstance(hi, int) and hi - lo == 1
-    return False
-
-
-def check_tf003_visible(ctx) -> None:
-    """``tf.config.set_visible_devices`` with one GPU (CUDA_VISIBLE_DEVICES is in rules_env)."""
-    mod = ctx.mod
-    if not multi_device_intent(ctx):
-        return
-    for call, qn in mod.calls:
-        if qn not in ("tensorflow.config.set_visible_devices", "tensorflow.config.experimental.set_visible_devices"):
-            continue
-        if not call.args:
-            continue
-        dtype = call.args[1] if len(call.args) > 1 else kwarg(call, "device_type")
-        dtype_s = const_str(dtype) if dtype is not None else "GPU"
-        if dtype_s is None or dtype_s.upper() != "GPU":
-            continue
-        if _narrow_list(mod, call.args[0]):
-            ctx.emit("TF003", call, "tf.config.set_visible_devices() leaves one GPU visible: "
-                                    "a strategy can only use that one")
 
 
 def check_tf004(ctx) -> None:

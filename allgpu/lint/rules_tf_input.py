@@ -87,10 +87,61 @@ def check_tf007(ctx) -> None:
                 continue
         else:
             continue
-        size = _const_int(mod, arg)
-        if size is not None and not _named_global(arg) and dotted(arg) not in _rescaled_names(mod):
-            ctx.emit("TF007", call, f"batch size {size} is fixed: with N replicas each GPU gets {size}/N; "
-                                    "scale it by strategy.num_replicas_in_sync")
+        if arg is None and f.attr == "fit":
+            arg = _star_kwarg(mod, call, "batch_size")
+        for size, node, note in _fixed_batches(mod, call, arg):
+            if not _named_global(arg) and dotted(arg) not in _rescaled_names(mod):
+                ctx.emit("TF007", node, f"batch size {size}{note} is fixed: with N replicas each GPU gets "
+                                        f"{size}/N; scale it by strategy.num_replicas_in_sync")
+
+
+def _star_kwarg(mod, call: ast.Call, name: str) -> ast.expr | None:
+    """``fit(**kw)`` with ``kw = {'batch_size': 64}`` or ``dict(batch_size=64)``: the value given for ``name``."""
+    for kw in call.keywords:
+        if kw.arg is not None:
+            continue
+        for val in (mod.values_of(kw.value) if isinstance(kw.value, ast.Name) else [kw.value]):
+            if isinstance(val, ast.Dict):
+                for k, v in zip(val.keys, val.values):
+                    if isinstance(k, ast.Constant) and k.value == name:
+                        return v
+            elif isinstance(val, ast.Call) and dotted(val.func) == "dict":
+                found = kwarg(val, name)
+                if found is not None:
+                    return found
+    return None
+
+
+def _fixed_batches(mod, call: ast.Call, arg: ast.expr | None):
+    """``(size, node to report, note)`` for each constant batch ``arg`` can be: a literal or constant name (at
+    its own call), or a parameter of the enclosing helper that its callers give a constant (at each such
+    call: ``load_data(32)``), its default counting when a caller leaves it out."""
+    size = _const_int(mod, arg)
+    if size is not None:
+        yield size, call, ""
+        return
+    if not isinstance(arg, ast.Name) or mod.values_of(arg):
+        return
+    fn = mod.enclosing_function(arg)
+    if fn is None:
+        return
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if arg.id not in params:
+        return
+    index = params.index(arg.id)
+    defaults = dict(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
+    for caller in mod.callers(fn):
+        shift = 1 if params and params[0] in ("self", "cls") and isinstance(caller.func, ast.Attribute) else 0
+        given = kwarg(caller, arg.id)
+        if given is None and 0 <= index - shift < len(caller.args):
+            given = caller.args[index - shift]
+        if given is None and (caller.keywords and any(k.arg is None for k in caller.keywords)
+                              or any(isinstance(a, ast.Starred) for a in caller.args)):
+            continue
+        value = _const_int(mod, given if given is not None else defaults.get(arg.id))
+        if value is not None and not _named_global(given):
+            name = caller.func.attr if isinstance(caller.func, ast.Attribute) else dotted(caller.func)
+            yield value, caller, f" (given to {name}(), which batches by it at line {arg.lineno})"
 
 
 _TRAIN_LOOP_FEATURES = frozenset({"tape", "apply", "run", "backward", "optstep", "fit"})
