@@ -155,6 +155,18 @@ _R = [
          "torch.load without weights_only=True can run arbitrary code from the file",
          "torch.load unpickles; a crafted checkpoint executes code on load.\n"
          "Fix: `torch.load(path, map_location='cpu', weights_only=True)`."),
+    Rule("PT012", "error", "sharded-forward-under-rank-guard",
+         "forward of a sharded model (FullyShardedStrategy / FSDP) run under a rank guard",
+         "A sharded model's forward is a collective: every layer all-gathers its parameters from all replicas.\n"
+         "Run on some replicas only (`if is_chief:`, `if rank == 0:`, `if master_process:`, or the `else:` of\n"
+         "such a test), the others never join the all-gather: the job hangs (allgpu stops it, naming the\n"
+         "collective). Found for models built under a FullyShardedStrategy's scope, wrapped in FSDP or passed to\n"
+         "fully_shard, called directly, through `.generate()`, or through a local helper (nanoGPT's\n"
+         "`estimate_loss()` under `if master_process:`).\n"
+         "Fix: run the forward on every replica and reduce the metric; keep only printing and saving guarded:\n"
+         "    loss = evaluate(model, val_loader)                 # every replica\n"
+         "    loss = strategy.reduce('MEAN', loss, axis=None)    # or dist.all_reduce(loss); loss /= world_size\n"
+         "    if strategy.is_chief:\n        print(f'val loss {loss:.3f}')"),
     # ---- allgpu --------------------------------------------------------------------------------------
     Rule("AG001", "error", "allgpu-created-outside-scope",
          "model built outside strategy.scope() in a script that uses an allgpu strategy",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from allgpu.errors import LintUsageError
-from allgpu.lint import rules_allgpu, rules_env, rules_tf, rules_tf_device, rules_tf_input, rules_torch
+from allgpu.lint import rules_allgpu, rules_env, rules_sharded, rules_tf, rules_tf_device, rules_tf_input, rules_torch
 from allgpu.lint.catalog import DEFAULT_OFF, RULES
 from allgpu.lint.compile_check import compile_errors
 from allgpu.lint.facts import Facts
@@ -32,7 +32,7 @@ CHECKS = (
     rules_tf_input.check_tf012,
     rules_torch.check_pt001, rules_torch.check_pt002, rules_torch.check_pt003, rules_torch.check_pt004,
     rules_torch.check_pt005, rules_torch.check_pt006, rules_torch.check_pt007, rules_torch.check_pt008,
-    rules_torch.check_pt009, rules_torch.check_pt011,
+    rules_torch.check_pt009, rules_torch.check_pt011, rules_sharded.check_pt012,
     rules_allgpu.check_ag001,
     rules_allgpu.check_ag002,
     rules_allgpu.check_ag003,
