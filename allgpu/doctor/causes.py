@@ -23,6 +23,12 @@ never renamed or reused.
 ``out-of-memory``                   the job itself needs more GPU memory than there is
 ``input-bound``                     GPUs wait for input: too few loader workers, no prefetch, low utilisation
 ``nccl-error``                      NCCL failed or hung between GPUs (collectives, P2P, shared memory)
+``port-in-use``                     the rendezvous port (MASTER_PORT, --master_port, init_method) is taken
+                                    by another job or a process left over from an earlier run
+``process-group-missing``           a distributed call (SyncBatchNorm, all_reduce, a barrier) in a process
+                                    that never joined a process group (started without a launcher)
+``dataloader-shm``                  DataLoader workers ran out of shared memory (/dev/shm; a container's
+                                    64 MB default)
 ``framework-import-failed``         importing the framework crashed or timed out
 ``messages-hidden``                 ``TF_CPP_MIN_LOG_LEVEL`` hides the messages that would say why
 ``multi-gpu-ok``                    every GPU present is registered and used: nothing to fix
@@ -84,6 +90,15 @@ _CAUSES = (
     Cause("nccl-error", "NCCL failed between GPUs", "error",
           "Rerun with NCCL_DEBUG=INFO to see the failing transport; common fixes: a larger /dev/shm "
           "(`docker run --shm-size`), NCCL_P2P_DISABLE=1 where peer-to-peer is broken, matching NCCL versions."),
+    Cause("port-in-use", "the rendezvous port is already in use", "error",
+          "Pick a free port (MASTER_PORT=29501, torchrun --master_port, accelerate launch --main_process_port, "
+          "init_method='tcp://host:PORT'), or stop the earlier run still holding it (`ss -ltnp | grep PORT`)."),
+    Cause("process-group-missing", "a distributed call outside a process group", "error",
+          "Start the script with a launcher (torchrun --nproc_per_node=N, accelerate launch), or on one process "
+          "use single-process layers (BatchNorm instead of SyncBatchNorm) or init_process_group with world_size=1."),
+    Cause("dataloader-shm", "DataLoader workers ran out of shared memory", "error",
+          "Give the container more shared memory (`docker run --shm-size=8g` or `--ipc=host`), or lower "
+          "num_workers; on Kubernetes mount an emptyDir with medium: Memory at /dev/shm."),
     Cause("framework-import-failed", "the framework could not be imported", "error",
           "Run `python -c \"import tensorflow\"` (or jax, keras) to see the full error; reinstall the package "
           "in a clean virtual environment."),

@@ -1,0 +1,137 @@
+"""The cache of pasted logs behind ``benchmarks/doctor_logs/real_threads.jsonl``: build, verify, locate.
+
+The ground truth of ``allgpu doctor --log`` is logs that users pasted in public issue threads whose thread settles
+the cause (a maintainer's or answerer's reply, or the user confirming a fix). The repository commits only the
+reference (repository, issue, which comment holds the log), the settled cause, who settled it with a short quote
+reference, and the sha256 of the extracted log text; the pasted text itself is never committed.
+
+The texts were extracted from the stored copies of the threads that the project's search tool serves; that tool is
+not reachable from a script, so the cache cannot be rebuilt offline from the references alone. The cache lives
+outside the repository (``$ALLGPU_DOCTOR_LOG_CACHE``, default ``~/.cache/allgpu/doctor_logs``), one
+``<id>.log`` a case; :func:`load` checks every sha256 and fails naming what is missing. To rebuild it elsewhere,
+open each thread at its URL, copy the comment named in ``log_in`` and check the sha256 with ``verify``.
+
+    python benchmarks/doctor_log_cache.py verify            # every case present and matching its sha256
+    python benchmarks/doctor_log_cache.py add STAGE_DIR     # (collector) stage files -> cache + jsonl rows
+
+A stage file is ``key: value`` lines (repo, issue, log_in, cause, settled_by, settled_ref), a ``---`` line, then
+the log text exactly as pasted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent / "doctor_logs"
+REFERENCES = HERE / "real_threads.jsonl"
+# Split once at random by thread, before any rule change: a thread's salted hash decides its half, so a thread
+# added later lands in a half nobody chose.
+SPLIT_SALT = "allgpu-doctor-real-pastes-2026-11-24"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ALLGPU_DOCTOR_LOG_CACHE", Path.home() / ".cache" / "allgpu" / "doctor_logs"))
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def split_of(repo: str, issue: int) -> str:
+    """``tuning`` or ``held-out`` for a thread (every log of a thread in the same half)."""
+    digest = hashlib.sha256(f"{SPLIT_SALT}:{repo.lower()}#{issue}".encode()).digest()
+    return "tuning" if digest[0] % 2 == 0 else "held-out"
+
+
+def references(path: Path = REFERENCES) -> list[dict]:
+    """The committed rows: references, labels, sha256, split."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class CacheError(RuntimeError):
+    """The cache is missing texts or holds texts that do not match their sha256."""
+
+
+def load(rows: list[dict], directory: Path | None = None) -> dict[str, str]:
+    """``{id: text}`` for every row, each text checked against its sha256.
+
+    Raises:
+        CacheError: naming the directory, how many texts are missing or differ, and how to rebuild them.
+    """
+    directory = directory or cache_dir()
+    texts, missing, differ = {}, [], []
+    for row in rows:
+        path = directory / f"{row['id']}.log"
+        if not path.is_file():
+            missing.append(row["id"])
+            continue
+        text = path.read_text(encoding="utf-8")
+        if sha256(text) != row["sha256"]:
+            differ.append(row["id"])
+            continue
+        texts[row["id"]] = text
+    if missing or differ:
+        raise CacheError(
+            f"the pasted-log cache at {directory} is incomplete: {len(missing)} of {len(rows)} texts missing"
+            + (f" (e.g. {', '.join(missing[:3])})" if missing else "")
+            + (f", {len(differ)} not matching their sha256 ({', '.join(differ[:3])})" if differ else "")
+            + ". The texts are not committed (they are others' words): rebuild them by copying each thread's "
+              "comment named in real_threads.jsonl into <id>.log, or point ALLGPU_DOCTOR_LOG_CACHE at a built cache.")
+    return texts
+
+
+def _parse_stage(path: Path) -> tuple[dict, str]:
+    head, _, text = path.read_text(encoding="utf-8").partition("\n---\n")
+    meta = dict(line.split(": ", 1) for line in head.splitlines() if line.strip())
+    return meta, text
+
+
+def add(stage: Path, path: Path = REFERENCES) -> int:
+    """Stage files -> cache texts + jsonl rows (rows already present keep their place). Returns rows added."""
+    rows = references(path) if path.exists() else []
+    known = {r["id"] for r in rows}
+    directory = cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    added = 0
+    for file in sorted(stage.glob("*.txt")):
+        meta, text = _parse_stage(file)
+        case_id = file.stem
+        (directory / f"{case_id}.log").write_text(text, encoding="utf-8")
+        if case_id in known:
+            continue
+        issue = int(meta["issue"])
+        rows.append({"id": case_id, "repo": meta["repo"], "issue": issue,
+                     "url": f"https://github.com/{meta['repo']}/issues/{issue}", "log_in": meta["log_in"],
+                     "cause": meta["cause"], "settled_by": meta["settled_by"], "settled_ref": meta["settled_ref"],
+                     "sha256": sha256(text), "split": split_of(meta["repo"], issue)})
+        added += 1
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return added
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("verify")
+    a = sub.add_parser("add")
+    a.add_argument("stage", type=Path)
+    args = parser.parse_args()
+    if args.cmd == "add":
+        print(f"{add(args.stage)} rows added")
+        return 0
+    try:
+        texts = load(references())
+    except CacheError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"{len(texts)} pasted logs present, every sha256 matches ({cache_dir()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
