@@ -3,7 +3,8 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, TensorDataset
 
 import allgpu
-from allgpu.core.data import DistributedDataset, InputContext, ShardSampler
+from allgpu.core.data import DistributedDataset, InputContext
+from allgpu.core.sampler import ShardSampler
 
 
 class Indices(Dataset):
@@ -45,11 +46,24 @@ def test_order_changes_each_epoch_and_is_seeded():
     assert epoch_indices(64, 16, 2, epoch=1, seed=5) == epoch_indices(64, 16, 2, epoch=1, seed=5)
 
 
-def test_uneven_tail_is_dropped_or_padded_to_keep_replicas_in_step():
+def test_uneven_tail_is_dropped_or_split_unevenly_never_padded():
     assert len(ShardSampler(50, 16, 2, 0)) == 3
-    padded = epoch_indices(50, 16, 4, epoch=0, drop_remainder=False)
-    assert [len(b) for b in padded[0]] == [4, 4, 4, 1] and all(len(p) == 4 for p in padded)
-    assert set(i for p in padded for b in p for i in b) == set(range(50))
+    split = epoch_indices(50, 16, 4, epoch=0, drop_remainder=False)  # 2 left over: replicas 0, 1 one each
+    samplers = [ShardSampler(50, 16, 4, r, drop_remainder=False) for r in range(4)]
+    assert [s.sizes(3) for s in samplers] == [(1, 2), (1, 2), (0, 2), (0, 2)]
+    assert [s.weight(3) for s in samplers] == [2.0, 2.0, 0.0, 0.0] and samplers[0].weight(0) == 1.0
+    delivered = [i for p in split for b in p[:3] for i in b] + split[0][3] + split[1][3]
+    assert sorted(delivered) == list(range(50))  # every example once; replicas 2, 3 load a template, cut to 0 rows
+
+
+def test_an_empty_share_is_delivered_as_a_batch_of_zero_rows():
+    data = TensorDataset(torch.arange(10.0).unsqueeze(1), torch.arange(10))
+    got = []
+    for rank in range(4):
+        ds = DistributedDataset(data, global_batch_size=8, num_replicas=4, rank=rank, device=torch.device("cpu"),
+                                shuffle=False, num_workers=0, drop_remainder=False)
+        got.append([tuple(x.shape) for x, _ in ds])
+    assert got == [[(2, 1), (1, 1)], [(2, 1), (1, 1)], [(2, 1), (0, 1)], [(2, 1), (0, 1)]]
 
 
 def test_global_batch_not_divisible_is_a_clear_error():

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from allgpu.devices.advice import workers_here
 from allgpu.core.data_rng import SeededExamples, loader_generator, seeded
+from allgpu.core.sampler import ShardSampler, per_replica_batch_size
 from allgpu.errors import ArgumentError, DatasetTypeError, InputError
 
 
@@ -47,84 +48,25 @@ class InputContext:
         return per_replica_batch_size(global_batch_size, self.num_replicas_in_sync)
 
 
-def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
-    """Split a global batch evenly. Raises ValueError naming both numbers and the nearest valid sizes."""
-    if not isinstance(global_batch_size, int) or global_batch_size < 1:
-        raise InputError(f"global_batch_size={global_batch_size!r}; expected a positive integer, the examples per "
-                         "step across all replicas (e.g. 64).")
-    if global_batch_size % num_replicas:
-        lower = global_batch_size // num_replicas * num_replicas
-        raise InputError(
-            f"global_batch_size={global_batch_size} is not divisible by the {num_replicas} replicas in sync, so the "
-            f"replicas would get unequal batches. Fix: use a multiple of {num_replicas}, e.g. "
-            f"{lower or num_replicas} or {lower + num_replicas}."
-        )
-    return global_batch_size // num_replicas
+def empty_like(batch: Any) -> Any:
+    """``batch`` with zero examples: every tensor cut to ``[:0]`` along its first dimension, lists emptied."""
+    if isinstance(batch, torch.Tensor):
+        return batch[:0]
+    if isinstance(batch, tuple):
+        parts = [empty_like(b) for b in batch]
+        return type(batch)(*parts) if hasattr(batch, "_fields") else tuple(parts)
+    if isinstance(batch, list):
+        return [empty_like(b) for b in batch] if batch and isinstance(batch[0], (torch.Tensor, tuple, list, dict)) \
+            else []
+    if isinstance(batch, dict):
+        return {k: empty_like(v) for k, v in batch.items()}
+    return batch
 
 
 def auto_num_workers(local_replicas: int) -> int:
     """Loader workers per replica for ``num_workers="auto"``: :func:`allgpu.devices.advice.suggest_workers` on this
     process's cores (affinity, lowered by a cgroup quota), the number ``allgpu doctor`` prints."""
     return workers_here(max(1, local_replicas)).workers
-
-
-class ShardSampler(Sampler):
-    """Yields this replica's index list for each step of an epoch.
-
-    Args:
-        length: examples in the dataset.
-        global_batch_size: B, examples per step across all replicas.
-        num_replicas / rank: N and this replica's index.
-        shuffle / seed: order is ``torch.randperm(length)`` seeded with ``seed + epoch`` when shuffling.
-        drop_remainder: drop the last partial global batch; otherwise it is padded with examples from the start
-            of the epoch's order up to a multiple of N (as ``DistributedSampler`` pads), so replicas stay in step.
-    """
-
-    def __init__(self, length, global_batch_size, num_replicas, rank, *, shuffle=True, seed=0, drop_remainder=True):
-        self.length = length
-        self.global_batch_size = global_batch_size
-        self.per_replica = per_replica_batch_size(global_batch_size, num_replicas)
-        self.num_replicas = num_replicas
-        self.rank = rank
-        self.shuffle = shuffle
-        self.seed = seed
-        self.drop_remainder = drop_remainder
-        self.epoch = 0
-        self.start_step = 0
-        if length == 0:
-            raise InputError("the dataset is empty (0 examples), so there is nothing to train on. Fix: check what "
-                             "built it (a path, a filter, a split that selected nothing).")
-        if self.steps_per_epoch() == 0:
-            raise InputError(
-                f"the dataset has {length} examples, fewer than one global batch of {global_batch_size} with "
-                "drop_remainder=True, so an epoch would have no step. Fix: a smaller global_batch_size or "
-                "drop_remainder=False."
-            )
-
-    def steps_per_epoch(self) -> int:
-        full, rest = divmod(self.length, self.global_batch_size)
-        return full + (1 if rest and not self.drop_remainder else 0)
-
-    def order(self, epoch: int) -> list[int]:
-        if not self.shuffle:
-            return list(range(self.length))
-        generator = torch.Generator().manual_seed(self.seed + epoch)
-        return torch.randperm(self.length, generator=generator).tolist()
-
-    def global_batch(self, order: list[int], step: int) -> list[int]:
-        batch = order[step * self.global_batch_size : (step + 1) * self.global_batch_size]
-        short = -len(batch) % self.num_replicas
-        return batch + order[:short]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        order = self.order(self.epoch)
-        for step in range(self.start_step, self.steps_per_epoch()):
-            batch = self.global_batch(order, step)
-            per = len(batch) // self.num_replicas
-            yield batch[self.rank * per : (self.rank + 1) * per]
-
-    def __len__(self) -> int:
-        return self.steps_per_epoch() - self.start_step
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
@@ -238,13 +180,15 @@ class DistributedDataset:
     """This replica's view of a dataset distributed across replicas; iterate it once per epoch.
 
     Each iteration yields per-replica batches (``(B / N, ...)`` tensors, already on the replica's device) and
-    advances the epoch, so the next iteration is reshuffled. Built by ``Strategy.distribute_dataset``.
+    advances the epoch, so the next iteration is reshuffled. With ``drop_remainder=False`` the short last global
+    batch is split unevenly (a replica may get zero rows) and ``sync.weight`` is set for each batch's backward,
+    so every replica's gradient counts by its share. Built by ``Strategy.distribute_dataset``.
     """
 
     def __init__(self, dataset: Dataset, *, global_batch_size: int, num_replicas: int, rank: int,
                  device: torch.device, shuffle: bool = True, seed: int = 0, num_workers: int | str = "auto",
                  drop_remainder: bool = True, local_replicas: int | None = None, collate_fn: Callable | None = None,
-                 epochs: EpochCounter | None = None):
+                 epochs: EpochCounter | None = None, sync: Any = None):
         dataset = as_map_dataset(dataset)
         if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise DatasetTypeError(
@@ -269,6 +213,7 @@ class DistributedDataset:
             **({"collate_fn": collate_fn} if collate_fn else {}),
         )
         self._resume: tuple[int, int] | None = None
+        self._sync = sync  # the gradient synchroniser, whose ``weight`` each delivered batch sets
         self._counter = epochs
         self._key = (seed, len(dataset), global_batch_size, shuffle)
         self._next_epoch = epochs.next_epoch(self._key) if epochs is not None else 0
@@ -305,9 +250,16 @@ class DistributedDataset:
         loader = DataLoader(self._examples, batch_sampler=self.sampler, generator=loader_generator(self.sampler.seed, epoch),
                             **self._loader_kwargs)
         self.feed = _DeviceFeed(loader, self.device)
-        for batch in self.feed:
-            self.step += 1  # counted on delivery: a state saved after this step's update resumes after it
-            yield batch
+        try:
+            for batch in self.feed:
+                weight = self.sampler.weight(self.step)
+                if self._sync is not None:  # the backward of this batch weighs its gradient by the batch's share
+                    self._sync.weight = weight
+                self.step += 1  # counted on delivery: a state saved after this step's update resumes after it
+                yield batch if weight else empty_like(batch)
+        finally:
+            if self._sync is not None:
+                self._sync.weight = 1.0
 
     def state_dict(self) -> dict:
         """Input position: the epoch in progress and the global batches of it already consumed."""

@@ -86,6 +86,8 @@ class GradientSync:
             under accumulation count once).
         collectives: all-reduce calls issued (buckets), for tests and the step monitor.
         wait_s: seconds the last round spent waiting for all-reduces beyond what overlapped the backward.
+        weight: this replica's share of the global batch times N (1.0 for an even split; set for each batch by
+            :class:`allgpu.core.data.DistributedDataset`, so an uneven last batch averages as on one replica).
         record_rounds: enter each backward round in the collective ledger (one entry per round, made once its
             all-reduces are launched), so a replica missing from a gradient all-reduce is named with its round
             and the line of ``loss.backward()``. Only for models of at least ``RECORD_ROUNDS_MIN_NUMEL``
@@ -114,6 +116,7 @@ class GradientSync:
         self.buffers: list[torch.Tensor] = []
         self._fired: set[int] = set()  # parameters whose gradient was produced since the last round
         self.divisor = float(group.world_size)
+        self.weight = 1.0  # this replica's share of the global batch times N, set per batch by the dataset
         self.rounds = 0
         self.collectives = 0
         self.wait_s = 0.0
@@ -172,16 +175,17 @@ class GradientSync:
             self._next += 1
 
     def _launch(self, bucket: _Bucket) -> None:
+        divisor = self.divisor / self.weight if self.weight else self.divisor
         for i, (p, view) in enumerate(zip(bucket.params, bucket.views)):
             grad = p.grad
             used = id(p) in self._fired and grad is not None
-            if not used:
+            if not used or not self.weight:  # weight 0: a replica with no example of a short last batch
                 view.zero_()
             elif grad.data_ptr() != view.data_ptr():
                 # Divide while copying in (one pass over the gradient, as DDP's reducer does with mul_out).
-                torch.div(grad, self.divisor, out=view)
+                torch.div(grad, divisor, out=view)
             else:
-                view.div_(self.divisor)
+                view.div_(divisor)
             bucket.used[i] = 1.0 if used else 0.0  # summed: how many replicas used it
         if self.group.world_size > 1:
             wire = bucket.buffer

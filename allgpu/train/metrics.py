@@ -55,6 +55,8 @@ class MetricSums:
 
     def update(self, loss: torch.Tensor, outputs: torch.Tensor, targets: torch.Tensor) -> None:
         n = targets.shape[0]
+        if n == 0:  # a replica with no example of a short last batch: its loss is the mean of nothing (NaN)
+            return
         with torch.no_grad():
             self.sums[0] += loss.detach().double() * n
             self.sums[1] += n

@@ -344,7 +344,7 @@ class Strategy(TFNames):
         return DistributedDataset(dataset.dataset if from_loader else dataset, global_batch_size=global_batch_size,
                                   num_replicas=self.num_replicas_in_sync, rank=self.replica_id_in_sync,
                                   device=self.device, seed=seed, local_replicas=self._local_replicas(),
-                                  epochs=self._data_epochs, **options)
+                                  epochs=self._data_epochs, sync=self._sync, **options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any]) -> PerReplicaInput:
         """Call ``dataset_fn(input_context)`` on each replica; its iterable of per-replica batches is fed to the device.

@@ -85,6 +85,7 @@ class ShardedGradientSync:
         self.wait_s = 0.0
         self._enabled = True
         self._divisor = float(group.world_size)
+        self._weight = 1.0
         self._modules: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
         self._in_round = False
         self._comm_s = 0.0
@@ -130,11 +131,23 @@ class ShardedGradientSync:
         self._divisor = float(value)
         self._apply()
 
+    @property
+    def weight(self) -> float:
+        """This replica's share of the global batch times N (see ``GradientSync.weight``)."""
+        return self._weight
+
+    @weight.setter
+    def weight(self, value: float) -> None:
+        if float(value) != self._weight:
+            self._weight = float(value)
+            self._apply()
+
     def _apply(self) -> None:
         # With a SUM forced (Gloo), FSDP2 divides each replica's reduced shard by that replica's own factor
         # afterwards, wrong when the divisors differ (an uneven last batch); so divide each input before the SUM.
-        factor = 1.0 if self._gloo else self._divisor
-        self._premultiply = 1.0 / self._divisor if self._gloo else 1.0
+        divisor = self._divisor / self._weight if self._weight else float("inf")
+        factor = 1.0 if self._gloo else divisor
+        self._premultiply = 1.0 / divisor if self._gloo else 1.0
         for module in list(self._modules):
             module.set_requires_gradient_sync(self._enabled, recurse=False)
             module.set_gradient_divide_factor(factor)
