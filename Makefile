@@ -2,13 +2,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast docs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	# The exact pin first: it takes the CPU build on disk instead of gigabytes of CUDA wheels.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[test,tf]'
+	$(PIP) install -q -e '.[test,tf,docs]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -16,9 +16,13 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/allgpu demo
 
-test: install  # the unit tier first, and nothing more when it fails; then the process tiers
+test: install  # the unit tier first, and nothing more when it fails; then the docs site; then the process tiers
 	$(PY) -m pytest -q -m unit
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest -q -m "not unit"
+
+docs: install  # the documentation site into site/ (open site/index.html)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 test-fast: install  # the unit tier: no processes, well under 30 s
 	$(PY) -m pytest -q -m unit
@@ -27,4 +31,4 @@ bench: install
 	$(PY) benchmarks/mirrored_vs_ddp.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

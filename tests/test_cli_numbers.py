@@ -45,3 +45,4 @@ def test_exit_code_is_2_for_usage_errors_only_and_1_for_a_failed_run(monkeypatch
     monkeypatch.setattr(demo, "run", fail)
     assert main(["demo"]) == code
     assert type(error).__name__ in capsys.readouterr().err
+

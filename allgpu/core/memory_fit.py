@@ -16,7 +16,6 @@ from torch import nn
 
 from allgpu.devices.advice import MEMORY_HEADROOM, MemoryFit, memory_finding, optimizer_slots as _slots_by_name
 
-HEADROOM = MEMORY_HEADROOM  # kept for callers of the former name
 
 
 def optimizer_slots(optimizer: torch.optim.Optimizer | None) -> int:

@@ -35,6 +35,7 @@ from allgpu.runtime import env as launch_env
 from allgpu.runtime.agent_stop import ending_frozen_replicas, stopped_replicas, stopped_state
 from allgpu.runtime.interrupt import SIGINT_WORDS
 from allgpu.runtime.cluster import from_tf_config_env, split_host_port
+from allgpu.runtime.threads import threads_per_replica
 
 LOOPBACK = "127.0.0.1"
 
@@ -351,7 +352,7 @@ def run(script: str, args: Sequence[str] = (), **options) -> int:
     p = plan(script, args, **options)
     env = dict(p.worker_env)
     if "OMP_NUM_THREADS" not in os.environ and p.nproc_per_node > 1:
-        env["OMP_NUM_THREADS"] = "1"  # as torchrun: N replicas x all cores would oversubscribe the CPU
+        env["OMP_NUM_THREADS"] = str(threads_per_replica(p.nproc_per_node))  # N pools of every core oversubscribe
     if "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ:
         # The c10d rendezvous shares its TCPStore with the replicas and keeps it across restarts, so a
         # restarted group reads the previous attempt's keys and hangs in init_process_group

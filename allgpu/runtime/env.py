@@ -24,6 +24,8 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from allgpu.runtime.threads import threads_per_replica
+
 DEVICES = "ALLGPU_DEVICES"
 DEVICE_KIND = "ALLGPU_DEVICE"
 ERROR_DIR = "ALLGPU_ERROR_DIR"
@@ -110,8 +112,8 @@ def replica_variables(local_rank: int, devices: Sequence[str], port: int, error_
         CLUSTER_SOURCE: "allgpu",
         DEVICES: ",".join(devices),
         ERROR_DIR: error_dir,
-        # One CPU thread pool per replica would oversubscribe the cores; torchrun makes the same choice.
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // local_world))),
+        # One CPU thread pool per replica would oversubscribe the cores (runtime/threads.py: the one policy).
+        "OMP_NUM_THREADS": str(threads_per_replica(local_world)),
     }
     if timeout_s is not None:
         variables[TIMEOUT] = str(timeout_s)

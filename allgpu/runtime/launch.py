@@ -16,6 +16,7 @@ from allgpu.devices import resolve_replica_devices
 from allgpu.errors import ReplicaFailedError
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.replicas import free_port
+from allgpu.runtime.threads import threads_per_replica
 
 
 def _replica_main(rank, fn, devices, port, error_dir, timeout_s, args, kwargs, results, forked):
@@ -27,7 +28,7 @@ def _replica_main(rank, fn, devices, port, error_dir, timeout_s, args, kwargs, r
         # DataLoader workers use, avoids it; start_method="spawn" gives each replica its own pool.
         torch.set_num_threads(1)
     elif not devices[rank].is_cuda:
-        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        torch.set_num_threads(threads_per_replica(len(devices)))
     value = fn(*args, **kwargs)
     # Plain pickle: torch's queue reduction shares memory by file descriptor, gone once the replica exits.
     results.put((rank, pickle.dumps(value)))

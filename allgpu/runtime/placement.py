@@ -34,6 +34,7 @@ from allgpu.runtime.cluster import ClusterSpec
 from allgpu.runtime.engines import Cluster, discover, launcher
 from allgpu.runtime.process_group import init_process_group
 from allgpu.runtime.replicas import ScriptReplicas, install_replica_excepthook
+from allgpu.runtime.threads import threads_per_replica
 
 FALLBACKS = ("one_device", "error")
 
@@ -205,6 +206,7 @@ def _check_visible(devices: list[Device]) -> None:
 
 
 def share_cpu_threads(placement: Placement) -> None:
-    """N CPU replicas each with a full intra-op pool oversubscribe the cores and run slower than one."""
-    if placement.device.type == "cpu" and placement.world_size > 1 and "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // placement.world_size))
+    """N CPU replicas each with a full intra-op pool oversubscribe the cores and run slower than one
+    (:mod:`allgpu.runtime.threads`, the one policy)."""
+    if placement.device.type == "cpu" and placement.local_world_size > 1 and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(threads_per_replica(placement.local_world_size))
