@@ -27,6 +27,13 @@ class MonitorSession:
     reports: list = field(default_factory=list)
     fit_calls: int = 0
 
+    def bound(self, max_steps_per_epoch: int | None, report_dir) -> tuple[int, int, object]:
+        """What this session makes of one ``fit`` call: ``(epochs, max_steps_per_epoch, report_dir)`` (one epoch of
+        at most ``max_steps`` steps, reports here unless the call names a folder); the monitor is on."""
+        self.fit_calls += 1
+        steps = min(max_steps_per_epoch or self.max_steps, self.max_steps)
+        return 1, steps, report_dir or self.report_dir
+
 
 _current: contextvars.ContextVar[MonitorSession | None] = contextvars.ContextVar("allgpu_monitor_session",
                                                                                  default=None)

@@ -99,10 +99,9 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     check_supported("fit", strategy)
     warn_if_too_large(strategy, model, optimizer)  # on CUDA: would not fit mirrored, would sharded
     session = monitor_session.current()
-    if session is not None:  # allgpu doctor --run: monitor a bounded run
-        session.fit_calls += 1
-        monitor, epochs, report_dir = True, 1, report_dir or session.report_dir
-        max_steps_per_epoch = min(max_steps_per_epoch or session.max_steps, session.max_steps)
+    if session is not None:  # allgpu doctor --run: the session bounds the run and turns the monitor on
+        monitor = True
+        epochs, max_steps_per_epoch, report_dir = session.bound(max_steps_per_epoch, report_dir)
     if epochs < 1:
         raise ArgumentError(f"epochs={epochs}; expected a positive number of epochs.")
     if optimizer_in_backward and mixed_precision == "fp16":
