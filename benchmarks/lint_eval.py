@@ -1,14 +1,20 @@
-"""Precision/recall of `allgpu lint`: on the hand-written cases (tests/lint_cases) or on the real-world corpus.
+"""Precision/recall of `allgpu lint`: on the hand-written cases, the own-reading corpus, or the author-fix corpus.
 
 Run:
     python benchmarks/lint_eval.py [--lines 100000]          # hand-written cases + speed (issue 3)
-    python benchmarks/lint_corpus/fetch.py                   # once: the corpus files into the cache
-    python benchmarks/lint_eval.py --corpus [--split tune|heldout|both] [--mistakes] [--all-rules]
+    python benchmarks/lint_corpus/fetch.py                   # once: the own-reading corpus into the cache
+    python benchmarks/lint_corpus_build.py                   # once: the author-fix corpus into the cache
+    python benchmarks/lint_eval.py --corpus --author [--split tune|heldout|both] [--rules default|all|both]
+                                   [--mistakes]
 
-Corpus mode scores per (file, rule), a finding counting when it lies within 3 lines of a labelled evidence
-line (benchmarks/lint_corpus/README.md); rules off by default are left out unless --all-rules.
-Targets (issue 11, held-out half): precision >= 0.95 and recall >= 0.85 overall, no default rule below
-precision 0.9, no crash.
+Two corpora, reported separately (issue 21):
+- ``--author``: files before and after fix commits written by the files' own authors
+  (benchmarks/lint_corpus/author_labels.jsonl); scored per (file version, label) at file level.
+- ``--corpus``: files labelled by reading them (benchmarks/lint_corpus/corpus.tsv); scored per (file, rule), a
+  finding counting when it lies within 3 lines of a labelled evidence line.
+Every figure counts every labelled pitfall, rules off by default included (with the default rules they are
+misses); per label and per framework (TensorFlow/Keras vs PyTorch), with Wilson 95% intervals.
+``--mistakes`` lists every false positive and false negative (file:line, rule).
 """
 
 from __future__ import annotations
@@ -17,22 +23,37 @@ import argparse
 import sys
 from pathlib import Path
 
+from allgpu.lint.author_score import AuthorScore, Tally, fmt_rate, score_entry, wilson
 from allgpu.lint.catalog import DEFAULT_OFF, RULES
+from allgpu.lint.checker import check_path
 from allgpu.lint.corpus_score import CorpusScore, read_rows, score_corpus
 from allgpu.lint.evaluate import evaluate, generate_source, measure_speed
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from lint_corpus_build import DEFAULT_CACHE as AUTHOR_CACHE  # noqa: E402
+from lint_corpus_build import LABELS as AUTHOR_LABELS  # noqa: E402
+from lint_corpus_build import cached_file, read_entries  # noqa: E402
+
 CASES = ROOT / "tests" / "lint_cases"
 CORPUS = ROOT / "benchmarks" / "lint_corpus" / "corpus.tsv"
 CACHE = Path.home() / ".cache" / "allgpu-lint-corpus"
+HEAD = f"  {'':<8} {'TP':>3} {'FP':>3} {'FN':>3} {'precision [95% CI]':<18} {'recall [95% CI]':<18}"
+
+
+def row_line(name: str, s) -> str:
+    p = s.tp / (s.tp + s.fp) if s.tp + s.fp else None
+    r = s.tp / (s.tp + s.fn) if s.tp + s.fn else None
+    return (f"  {name:<8} {s.tp:>3} {s.fp:>3} {s.fn:>3} {fmt_rate(p, wilson(s.tp, s.tp + s.fp)):<18} "
+            f"{fmt_rate(r, wilson(s.tp, s.tp + s.fn)):<18}{'  (off by default)' if name in DEFAULT_OFF else ''}")
 
 
 def print_table(title: str, rules: dict, total) -> None:
     print(title)
-    print(f"  {'rule':<6} {'TP':>3} {'FP':>3} {'FN':>3} {'precision':>9} {'recall':>6}")
+    print(HEAD)
     for rid, s in sorted(rules.items()):
-        print(f"  {rid:<6} {s.tp:>3} {s.fp:>3} {s.fn:>3} {s.precision:>9.2f} {s.recall:>6.2f}")
-    print(f"  {'all':<6} {total.tp:>3} {total.fp:>3} {total.fn:>3} {total.precision:>9.2f} {total.recall:>6.2f}")
+        print(row_line(rid, s))
+    print(row_line("all", total))
 
 
 def run_cases(args) -> int:
@@ -50,56 +71,108 @@ def run_cases(args) -> int:
     return 0 if ok else 1
 
 
-def report_split(name: str, sc: CorpusScore, show_mistakes: bool) -> bool:
-    t = sc.total
-    print_table(f"{name}: {sc.files} files ({sc.clean_files} clean), {len(sc.crashes)} crash(es)", sc.rules, t)
+def corpus_family(row: dict) -> str:
+    return "pt" if row["id"].startswith("pt") or row.get("framework") == "pt" else "tf"
+
+
+def run_corpus_split(rows, args, split: str, select) -> None:
+    sc, missing = score_corpus(rows, args.cache, split, None, select=select)
+    if missing:
+        print(f"  {len(missing)} file(s) of {split} missing from the cache (run fetch.py): {', '.join(missing)}")
+    print_table(f" {split}: {sc.files} files ({sc.clean_files} clean), {len(sc.crashes)} crash(es)", sc.rules,
+                sc.total)
+    for fam, name in (("tf", "TF/Keras"), ("pt", "PyTorch")):
+        part = [r for r in rows if corpus_family(r) == fam]
+        fs, _ = score_corpus(part, args.cache, split, None, select=select)
+        print(row_line(name, fs.total) + f"   ({fs.files} files)")
     for c in sc.crashes:
         print(f"  CRASH {c}")
-    if show_mistakes:
+    if args.mistakes:
         for fid, rid, kind, where in sorted(sc.mistakes):
-            print(f"  {kind}: {rid} in {fid} at {where}")
-    low = [rid for rid, s in sc.rules.items() if s.tp + s.fp and s.precision < 0.9]
-    ok = t.precision >= 0.95 and t.recall >= 0.85 and not low and not sc.crashes
-    print(f"  targets (precision >= 0.95, recall >= 0.85, every rule >= 0.90, no crash): "
-          f"{'met' if ok else 'NOT met'}{'; below 0.90: ' + ', '.join(sorted(low)) if low else ''}")
-    return ok
+            row = next(r for r in rows if r["id"] == fid)
+            print(f"  {kind} {rid} {fid} {row['repo']}:{row['path']}:{where}")
 
 
-def run_corpus(args) -> int:
+def run_corpus(args, select, label: str) -> None:
     rows = read_rows(args.tsv)
-    select = ",".join(RULES) if args.all_rules else None
-    scored = None if args.all_rules else {r for r in RULES if r not in DEFAULT_OFF}
-    splits = ["tune", "heldout"] if args.split == "both" else [args.split]
-    print(f"corpus: {len(rows)} files in {args.tsv} (cache {args.cache})")
-    ok = True
-    for split in splits:
-        sc, missing = score_corpus(rows, args.cache, split, scored, select=select)
+    print(f"== own-reading corpus ({len(rows)} files labelled by reading them, {args.tsv.name}), {label} ==")
+    for split in (["tune", "heldout"] if args.split == "both" else [args.split]):
+        run_corpus_split(rows, args, split, select)
+
+
+def score_author(entries, cache: Path, select) -> tuple[AuthorScore, list[str]]:
+    """Run the checker on both versions of every cached entry; returns the score and the ids not cached."""
+    out, missing = AuthorScore(), []
+    for e in entries:
+        files = {v: cached_file(cache, e, v) for v in ("before", "after")}
+        if not all(p.is_file() for p in files.values()):
+            missing.append(e["id"])
+            continue
+        out.entries += 1
+        for version, path in files.items():
+            try:
+                findings = check_path(path, select=select)
+            except Exception as exc:  # a crash is a result to report, not a reason to stop scoring
+                out.crashes.append(f"{e['id']} {version}: {exc!r}")
+                findings = []
+            score_entry(e, version, findings, out)
+    return out, missing
+
+
+def run_author(args, select, label: str) -> None:
+    entries = read_entries(args.labels)
+    print(f"== author-fix corpus ({len(entries)} fix commits in {len({e['repo'] for e in entries})} repositories, "
+          f"{args.labels.name}), {label} ==")
+    for split in (["tune", "heldout"] if args.split == "both" else [args.split]):
+        part = [e for e in entries if e["split"] == split]
+        sc, missing = score_author(part, args.author_cache, select)
         if missing:
-            print(f"  {len(missing)} file(s) of {split} missing from the cache (run fetch.py): {', '.join(missing)}")
-        ok = report_split(split, sc, args.mistakes) and ok
-        if scored is not None:  # the pitfalls of rules that are off by default are still pitfalls: count them
-            off = sum(1 for r in rows if r["split"] == split and r["id"] not in missing
-                      for rid in {x for x in r["expected"].split(",") if x} if rid not in scored)
-            t = sc.total
-            print(f"  against every labelled pitfall ({off} of them belong to rules off by default): "
-                  f"recall {t.tp / max(t.tp + t.fn + off, 1):.2f}")
-    if not args.all_rules and DEFAULT_OFF:
-        print(f"off by default (not scored): {', '.join(sorted(DEFAULT_OFF))}")
-    return 0 if ok else 1
+            print(f"  {len(missing)} entr(ies) of {split} not in the cache (run lint_corpus_build.py): "
+                  f"{', '.join(missing)}")
+        print(f" {split}: {sc.entries} entries, {len({e['repo'] for e in part})} repositories, "
+              f"{len(sc.crashes)} crash(es); TN = after-fix versions not reported")
+        print(HEAD + f" {'TN':>3}")
+        for name, s in sorted(sc.labels.items()):
+            print(row_line(name, s) + f" TN {s.tn}")
+        for fam, name in (("tf", "TF/Keras"), ("pt", "PyTorch")):
+            print(row_line(name, sc.frameworks.get(fam, Tally())) + f" TN {sc.frameworks.get(fam, Tally()).tn}")
+        print(row_line("all", sc.total) + f" TN {sc.total.tn}")
+        for c in sc.crashes:
+            print(f"  CRASH {c}")
+        if args.mistakes:
+            by_id = {e["id"]: e for e in part}
+            for eid, version, rid, kind, where in sorted(sc.mistakes):
+                e = by_id[eid]
+                print(f"  {kind} {rid} {eid} {version} {e['repo']}:{e['path']}:{where} @{e[version][:10]}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=Path, default=CASES)
     ap.add_argument("--lines", type=int, default=100_000, help="size of the generated file for the speed test")
-    ap.add_argument("--corpus", action="store_true", help="score the real-world corpus instead")
+    ap.add_argument("--corpus", action="store_true", help="score the own-reading corpus (corpus.tsv)")
+    ap.add_argument("--author", action="store_true", help="score the author-fix corpus (author_labels.jsonl)")
     ap.add_argument("--tsv", type=Path, default=CORPUS)
     ap.add_argument("--cache", type=Path, default=CACHE)
+    ap.add_argument("--labels", type=Path, default=AUTHOR_LABELS)
+    ap.add_argument("--author-cache", type=Path, default=AUTHOR_CACHE)
     ap.add_argument("--split", choices=["tune", "heldout", "both"], default="both")
-    ap.add_argument("--mistakes", action="store_true", help="list every FP and FN")
-    ap.add_argument("--all-rules", action="store_true", help="also run and score the rules off by default")
+    ap.add_argument("--rules", choices=["default", "all", "both"], default="both",
+                    help="the rules run: default ones, every rule, or both reports")
+    ap.add_argument("--all-rules", action="store_true", help="same as --rules all")
+    ap.add_argument("--mistakes", action="store_true", help="list every FP and FN (file:line, rule)")
     args = ap.parse_args()
-    return run_corpus(args) if args.corpus else run_cases(args)
+    if not (args.corpus or args.author):
+        return run_cases(args)
+    modes = ["all"] if args.all_rules else ["default", "all"] if args.rules == "both" else [args.rules]
+    for mode in modes:
+        select = ",".join(RULES) if mode == "all" else None
+        label = "every rule on" if mode == "all" else f"default rules (off: {', '.join(sorted(DEFAULT_OFF))})"
+        if args.author:
+            run_author(args, select, label)
+        if args.corpus:
+            run_corpus(args, select, label)
+    return 0
 
 
 if __name__ == "__main__":

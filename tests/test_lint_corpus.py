@@ -1,6 +1,7 @@
 """The corpus tooling (scoring, split, fetch) on small made-up inputs: CI needs no corpus and no network."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,91 @@ def test_corpus_tsv_is_well_formed():
         expected = {x for x in r["expected"].split(",") if x}
         assert expected <= set(RULES), r["id"]
         assert set(parse_evidence(r["evidence"])) <= expected, r["id"]
+
+
+# ---- the author-fix corpus (issue 21): labels from fix commits written by the files' own authors ----------------
+
+def load_bench(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_wilson_interval():
+    from allgpu.lint.author_score import wilson
+    lo, hi = wilson(8, 10)
+    assert lo == pytest.approx(0.490, abs=1e-3) and hi == pytest.approx(0.943, abs=1e-3)
+    assert wilson(0, 0) == (0.0, 1.0) and wilson(5, 5)[1] == 1.0 and wilson(0, 5)[0] == 0.0
+
+
+def test_score_entry_counts_before_as_positive_and_after_as_negative():
+    from allgpu.lint.author_score import AuthorScore, score_entry
+    e = {"id": "a1", "labels": ["PT004", "TF008"], "framework": "pt", "after_negative": True,
+         "lines_before": [12], "lines_after": [13]}
+    out = AuthorScore()
+    score_entry(e, "before", [f("PT004", 40)], out)  # file level: anywhere in the file counts
+    score_entry(e, "after", [f("TF008", 5), f("PT011", 3)], out)  # PT011 untouched by the authors: not scored
+    pt, tf = out.labels["PT004"], out.labels["TF008"]
+    assert (pt.tp, pt.fp, pt.fn, pt.tn) == (1, 0, 0, 1) and (tf.tp, tf.fp, tf.fn, tf.tn) == (0, 1, 1, 0)
+    assert "PT011" not in out.labels and out.total.precision == 0.5 and out.total.recall == 0.5
+    assert sorted(m[3] for m in out.mistakes) == ["FN", "FP"] and ("a1", "after", "TF008", "FP", "5") in out.mistakes
+    e2 = dict(e, id="a2", after_negative=False)
+    score_entry(e2, "after", [f("PT004", 1)], out)  # the authors left another instance: the after file is not used
+    assert out.labels["PT004"].fp == 0
+
+
+def test_author_split_is_by_repository_and_never_changes():
+    split = load("author_split")
+    assert split.half("pytorch/examples") == split.half("pytorch/examples")
+    halves = {split.half(f"owner{i}/repo") for i in range(40)}
+    assert halves == {"tune", "heldout"}
+    entries = [json.loads(x) for x in (ROOT / "benchmarks" / "lint_corpus" / "author_labels.jsonl").read_text()
+               .splitlines() if x.strip()]
+    for e in entries:
+        assert e["split"] == split.half(e["repo"]), e["id"]  # the recorded half is the seeded hash's
+    tsv = (ROOT / "benchmarks" / "lint_corpus" / "author_split.tsv").read_text().splitlines()[1:]
+    assert {line.split("\t")[0]: line.split("\t")[1] for line in tsv} == {e["repo"]: e["split"] for e in entries}
+
+
+def test_author_labels_are_well_formed():
+    from allgpu.lint import RULES
+    here = ROOT / "benchmarks" / "lint_corpus"
+    entries = [json.loads(x) for x in (here / "author_labels.jsonl").read_text().splitlines() if x.strip()]
+    excluded = [json.loads(x) for x in (here / "author_excluded.jsonl").read_text().splitlines() if x.strip()]
+    assert len({e["id"] for e in entries}) == len(entries) >= 20
+    keys = {(e["repo"], e["after"], e["path"]) for e in entries}
+    assert len(keys) == len(entries) and not keys & {(e["repo"], e["after"], e["path"]) for e in excluded}
+    for e in entries:
+        assert len(e["before"]) == len(e["after"]) == 40 and e["before"] != e["after"], e["id"]
+        assert len(e["sha256_before"]) == len(e["sha256_after"]) == 64, e["id"]
+        assert e["labels"] and set(e["labels"]) <= set(RULES), e["id"]
+        assert e["kind"] == "author-fix" and e["url"].endswith(e["after"]) and e["message"], e["id"]
+    assert all(x["reason"] for x in excluded)
+
+
+@pytest.mark.replicas
+def test_build_takes_both_versions_from_a_mirror_and_checks_sha256(tmp_path):
+    import hashlib
+    build = load_bench("lint_corpus_build")
+    src = tmp_path / "src"
+    src.mkdir()
+    git = ["git", "-C", str(src), "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    commits = []
+    for text in ("loader = DataLoader(ds)\n", "loader = DataLoader(ds, num_workers=4)\n"):
+        (src / "train.py").write_text(text)
+        subprocess.run(git + ["add", "train.py"], check=True)
+        subprocess.run(git + ["commit", "-qm", "x"], check=True)
+        commits.append(subprocess.run(git[:3] + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    subprocess.run(["git", "clone", "-q", "--bare", str(src), str(tmp_path / "m" / "own+repo" / "repo")], check=True)
+    sha = [hashlib.sha256(t.encode()).hexdigest() for t in ("loader = DataLoader(ds)\n",
+                                                            "loader = DataLoader(ds, num_workers=4)\n")]
+    good = {"id": "a1", "repo": "own/repo", "path": "train.py", "before": commits[0], "after": commits[1],
+            "sha256_before": sha[0], "sha256_after": sha[1]}
+    bad = dict(good, id="a2", sha256_after="0" * 64)
+    gone = dict(good, id="a3", repo="own/absent")
+    skipped = build.build([good, bad, gone], tmp_path / "cache", tmp_path / "m", network=False)
+    assert (tmp_path / "cache" / "a1" / "after" / "train.py").read_text().endswith("num_workers=4)\n")
+    assert [s.split()[0] for s in skipped] == ["a2", "a3"]
+    assert "sha256" in skipped[0] and "no mirror" in skipped[1]
