@@ -108,3 +108,7 @@ class InputError(AllGpuError, ValueError):
 
 class DatasetTypeError(AllGpuError, TypeError):
     """A dataset of a kind that cannot be sharded by index (an ``IterableDataset``); the message names the fix."""
+
+
+class MigrateInputError(AllGpuError, ValueError):
+    """A script ``allgpu migrate`` cannot read or parse (missing, not UTF-8, not valid Python); nothing was changed."""

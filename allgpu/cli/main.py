@@ -14,7 +14,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("demo", "run", "doctor", "lint", "bench")
+COMMANDS = ("demo", "run", "doctor", "lint", "migrate", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

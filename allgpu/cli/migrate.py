@@ -1,0 +1,47 @@
+"""``allgpu migrate SCRIPT...``: move TensorFlow ``tf.distribute`` / ``tf.keras`` scripts to allgpu + Keras 3 on PyTorch.
+
+Prints a unified diff per script and a note per change, fix and thing not converted (with the line and why);
+``--write`` applies the result (atomically). Exit code: 0 everything converted, 1 something was not converted or
+``allgpu lint`` finds an error in the result, 2 usage error (missing or unparsable file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MigrateConfig:
+    paths: tuple[str, ...]
+    write: bool
+    diff: bool
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "migrate", help="rewrite a tf.distribute / tf.keras script for allgpu and Keras 3 on PyTorch (a diff)",
+        description="Rewrite what has a direct equivalent (tf.distribute strategies and cluster resolvers, tf.keras, "
+                    "tf.train checkpoints, the tf.GradientTape step, imports); list everything else with its line "
+                    "and why. Prints a unified diff; --write applies it. See docs/migrate.md.")
+    p.add_argument("paths", nargs="+", metavar="SCRIPT", help="Python scripts to migrate")
+    p.add_argument("--write", action="store_true", help="replace each script with its migrated version (atomic)")
+    p.add_argument("--no-diff", action="store_true", help="print only the notes, not the diff")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from allgpu.migrate import migrate_file
+
+    cfg = MigrateConfig(tuple(args.paths), args.write, not args.no_diff)
+    complete = True
+    for path in cfg.paths:
+        migration = migrate_file(path, write=cfg.write)  # MigrateInputError: exit 2, from main
+        if cfg.diff:
+            sys.stdout.write(migration.diff())
+        sys.stderr.write(migration.report())
+        if cfg.write and migration.changed:
+            print(f"{path}: written", file=sys.stderr)
+        complete = complete and migration.complete
+    return 0 if complete else 1

@@ -1,0 +1,111 @@
+"""What ``allgpu migrate`` maps, and why it leaves the rest alone: the tables, no logic.
+
+Qualified names are TensorFlow's (``tensorflow.distribute.MirroredStrategy``), whatever alias the script imported
+TensorFlow under. Each target is the text written in its place.
+"""
+
+from __future__ import annotations
+
+# A TensorFlow name with a direct allgpu or Keras 3 equivalent: the call's meaning is unchanged.
+RENAMES: dict[str, str] = {
+    "tensorflow.keras": "keras",
+    "tensorflow.distribute.MirroredStrategy": "allgpu.MirroredStrategy",
+    "tensorflow.distribute.MultiWorkerMirroredStrategy": "allgpu.MultiWorkerMirroredStrategy",
+    "tensorflow.distribute.experimental.MultiWorkerMirroredStrategy": "allgpu.MultiWorkerMirroredStrategy",
+    "tensorflow.distribute.OneDeviceStrategy": "allgpu.OneDeviceStrategy",
+    "tensorflow.distribute.experimental.CentralStorageStrategy": "allgpu.CentralStorageStrategy",
+    "tensorflow.distribute.ParameterServerStrategy": "allgpu.ParameterServerStrategy",
+    "tensorflow.distribute.experimental.ParameterServerStrategy": "allgpu.ParameterServerStrategy",
+    "tensorflow.distribute.cluster_resolver.TFConfigClusterResolver":
+        "allgpu.cluster_resolver.TFConfigClusterResolver",
+    "tensorflow.distribute.ReduceOp": "allgpu.ReduceOp",
+    "tensorflow.distribute.InputContext": "allgpu.InputContext",
+    "tensorflow.train.Checkpoint": "allgpu.checkpoint.Checkpoint",
+    "tensorflow.train.CheckpointManager": "allgpu.checkpoint.CheckpointManager",
+    "tensorflow.train.latest_checkpoint": "allgpu.checkpoint.latest_checkpoint",
+}
+
+# Keyword arguments each strategy constructor takes in TensorFlow -> allgpu's name; None: dropped with a note
+# (an implementation choice that does not change what is computed). A keyword missing here is not converted.
+STRATEGY_ARGS: dict[str, dict[str, str | None]] = {
+    "allgpu.MirroredStrategy": {"devices": "devices", "cross_device_ops": None},
+    "allgpu.MultiWorkerMirroredStrategy": {"cluster_resolver": "cluster_resolver", "communication_options": None},
+    "allgpu.OneDeviceStrategy": {"device": "device"},
+    "allgpu.CentralStorageStrategy": {"compute_devices": "devices", "parameter_device": "central_device"},
+    "allgpu.ParameterServerStrategy": {"cluster_resolver": None},
+}
+# TensorFlow's positional parameters of each, in order; more positional arguments than these are not converted.
+STRATEGY_POSITIONAL: dict[str, tuple[str, ...]] = {
+    "allgpu.MirroredStrategy": ("devices", "cross_device_ops"),
+    "allgpu.MultiWorkerMirroredStrategy": ("cluster_resolver", "communication_options"),
+    "allgpu.OneDeviceStrategy": ("device",),
+    "allgpu.CentralStorageStrategy": ("compute_devices", "parameter_device"),
+    "allgpu.ParameterServerStrategy": ("cluster_resolver",),
+}
+DROPPED_WHY = {
+    "cross_device_ops": "the all-reduce implementation: allgpu all-reduces with NCCL on GPUs and Gloo on CPUs",
+    "communication_options": "collective tuning: allgpu all-reduces with NCCL on GPUs and Gloo on CPUs",
+    "cluster_resolver": "allgpu's parameter-server job comes from torchrun's variables",
+}
+PS_NOTE = ("allgpu's ParameterServerStrategy reads the job from torchrun's variables (start it with `allgpu run "
+           "--cpu-replicas K`; the last num_ps ranks serve) and its workers run the training loop themselves: "
+           "pass num_ps= the number of 'ps' tasks your TF_CONFIG had")
+
+# Keras 2 names that Keras 3 removed: `tf.keras.X` -> `keras.X` would fail, so these are not converted.
+KERAS3_MISSING = {
+    "tensorflow.keras.optimizers.legacy": "Keras 3 has no legacy optimizers: use keras.optimizers.<Name>",
+    "tensorflow.keras.layers.experimental": "Keras 3 moved these layers to keras.layers.<Name>",
+    "tensorflow.keras.mixed_precision.experimental": "use keras.mixed_precision.set_global_policy",
+    "tensorflow.keras.estimator": "Keras 3 has no estimators",
+}
+
+# TensorFlow names that stay as they are: allgpu reads tf.data pipelines (TensorFlow must be installed).
+KEPT_PREFIXES = ("tensorflow.data",)
+KEPT_NOTE = ("tf.data kept as it is: allgpu's datasets and Keras' fit read tf.data pipelines and hand each replica "
+             "torch tensors (needs TensorFlow installed: pip install 'allgpu[tf]')")
+
+# Why a TensorFlow name left in the script was not converted, by longest matching prefix.
+WHY_NOT: dict[str, str] = {
+    "tensorflow.device": "tf.device pins ops to one device; under allgpu each replica already runs on its own "
+                         "device: remove the `with tf.device(...)` block's pinning (torch places tensors with "
+                         ".to(device))",
+    "tensorflow.config": "TensorFlow runtime configuration has no allgpu equivalent: choose devices with "
+                         "CUDA_VISIBLE_DEVICES or the strategy's devices=, memory growth is PyTorch's default",
+    "tensorflow.function": "tf.function with arguments (input_signature, jit_compile, ...) or called as a function: "
+                           "its graph semantics have no direct equivalent; remove it (eager PyTorch) or use "
+                           "strategy.compile / torch.compile",
+    "tensorflow.GradientTape": "a GradientTape that is not the single-tape step (`grads = tape.gradient(loss, "
+                               "model.trainable_variables)` then `optimizer.apply_gradients(zip(grads, "
+                               "model.trainable_variables))`): write loss.backward() and optimizer.apply(...) by hand",
+    "tensorflow.distribute.get_strategy": "allgpu has no global default strategy: pass the strategy object along",
+    "tensorflow.distribute.experimental.coordinator": "allgpu's parameter-server workers run the loop themselves; "
+                                                      "there is no ClusterCoordinator",
+    "tensorflow.distribute": "no allgpu equivalent of this tf.distribute name",
+    "tensorflow.train": "no allgpu equivalent of this tf.train name (allgpu.checkpoint has Checkpoint, "
+                        "CheckpointManager and latest_checkpoint)",
+    "tensorflow.summary": "TensorBoard summaries: use keras.callbacks.TensorBoard or "
+                          "torch.utils.tensorboard.SummaryWriter",
+    "tensorflow.saved_model": "SavedModel export has no allgpu equivalent: save with model.save('model.keras')",
+    "tensorflow.keras": "not a Keras 3 name",
+}
+DTYPES = {"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
+          "string", "complex64"}
+WHY_DTYPE = "a TensorFlow dtype: write the Keras name ('float32') or torch's (torch.float32)"
+WHY_OP = ("a raw TensorFlow op: it runs on TensorFlow tensors only (fine where it merely builds tf.data input); on "
+          "the model's torch tensors it fails, and allgpu does not translate ops: rewrite it with keras.ops or torch")
+
+
+def why_not(qualified: str) -> str:
+    """The reason a TensorFlow name left in a script was not converted (longest matching prefix)."""
+    for table in (KERAS3_MISSING, WHY_NOT):
+        for prefix in sorted(table, key=len, reverse=True):
+            if qualified == prefix or qualified.startswith(prefix + "."):
+                return table[prefix]
+    if qualified.rsplit(".", 1)[-1] in DTYPES:
+        return WHY_DTYPE
+    return WHY_OP
+
+
+# Keras model constructors: a model built by one of these outside strategy.scope() is mirrored by migrate.
+KERAS_MODEL_CALLS = ("keras.Sequential", "keras.Model", "keras.models.Sequential", "keras.models.Model")
+KERAS_MODEL_PREFIXES = ("keras.applications.",)

@@ -1,0 +1,85 @@
+"""What a migration did, line by line: the notes ``allgpu migrate`` prints beside its diff."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+# The kinds of note, in the order the report lists them.
+CHANGED = "changed"          # rewritten to its direct equivalent
+FIXED = "fixed"              # a multi-device mistake the seeds show, corrected (the note says what and why)
+KEPT = "kept"                # left as it is on purpose (tf.data: allgpu reads it)
+NOT_CONVERTED = "not converted"  # left as it is: no direct equivalent; the note says why and what to do
+LINT = "lint"                # a finding of `allgpu lint` on the result
+KINDS = (CHANGED, FIXED, KEPT, NOT_CONVERTED, LINT)
+
+
+@dataclass(frozen=True)
+class Note:
+    """One thing done or left alone.
+
+    Attributes:
+        line: 1-based line in the *original* script (for a lint finding: in the result).
+        kind: one of :data:`KINDS`.
+        message: what and why, naming the TensorFlow spelling.
+    """
+
+    line: int
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.kind}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Migration:
+    """The result of migrating one script.
+
+    Attributes:
+        path: the script's name, for the diff header.
+        source: the original text.
+        result: the migrated text (equal to ``source`` when nothing had an equivalent).
+        notes: every change, fix, kept name, unconverted name and lint finding, by line.
+    """
+
+    path: str
+    source: str
+    result: str
+    notes: tuple[Note, ...] = field(default_factory=tuple)
+
+    @property
+    def changed(self) -> bool:
+        return self.result != self.source
+
+    @property
+    def complete(self) -> bool:
+        """Everything had an equivalent and ``allgpu lint`` finds no error in the result."""
+        return not any(n.kind == NOT_CONVERTED or (n.kind == LINT and n.message.startswith("error"))
+                       for n in self.notes)
+
+    def diff(self) -> str:
+        """The unified diff from the original to the result (``--- a/PATH``, ``+++ b/PATH``); empty if unchanged."""
+        return "".join(difflib.unified_diff(self.source.splitlines(keepends=True),
+                                            self.result.splitlines(keepends=True),
+                                            fromfile=self._side("a"), tofile=self._side("b")))
+
+    def _side(self, side: str) -> str:
+        return self.path if self.path.startswith("/") else f"{side}/{self.path}"
+
+    def report(self) -> str:
+        """The notes by kind, one ``PATH:LINES: kind: message`` a line (a message repeated on several lines is
+        one line listing them), then a summary line."""
+        grouped: dict[tuple[str, str], list[int]] = {}
+        for n in sorted(self.notes, key=lambda n: (KINDS.index(n.kind), n.line)):
+            grouped.setdefault((n.kind, n.message), []).append(n.line)
+        lines = [f"{self.path}:{','.join(map(str, sorted(set(at))))}: {kind}: {message}"
+                 for (kind, message), at in grouped.items()]
+        left = sum(n.kind == NOT_CONVERTED for n in self.notes)
+        if not self.changed and not self.notes:
+            lines.append(f"{self.path}: nothing to migrate (no TensorFlow names)")
+        elif left:
+            lines.append(f"{self.path}: {left} thing(s) not converted: see the lines above; the rest is migrated")
+        else:
+            lines.append(f"{self.path}: migrated; everything had a direct equivalent")
+        return "\n".join(lines) + "\n"

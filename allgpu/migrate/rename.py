@@ -1,0 +1,227 @@
+"""The migration pass: TensorFlow names to allgpu's and Keras 3's, the tape step, ``@tf.function``, imports.
+
+One LibCST transformer over the original tree, so every note carries the original line. What it cannot convert
+it leaves as it is and records (``leftovers``) with the reason from :mod:`allgpu.migrate.names`.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.metadata import PositionProvider
+
+from allgpu.migrate import names, tape
+from allgpu.migrate.cst import dotted, expr, qualify
+from allgpu.migrate.notes import CHANGED, KEPT, NOT_CONVERTED, Note
+from allgpu.migrate.scope_fix import assigned_name, insert_mirrors, keras_model_call
+from allgpu.migrate.strategy_args import convert_strategy_call
+
+
+class Rename(cst.CSTTransformer):
+    """Rewrites one module. After ``module.visit(...)``: ``notes`` (changes), ``leftovers`` (line, col) ->
+    (qualified name, line) of TensorFlow names left in place, ``models`` (Keras models built outside a scope)."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, aliases: dict[str, str], taken: set[str], strategy: tuple[str, int] | None = None):
+        super().__init__()
+        self.strategy = strategy  # (name, line) of the script's only strategy, if it has exactly one
+        self.fixed: set[int] = set()  # lines of the models mirrored
+        self.aliases = aliases
+        self.taken = taken
+        self.notes: list[Note] = []
+        self.leftovers: dict[tuple[int, int], tuple[str, int]] = {}
+        self.kept_line: int | None = None
+        self.uses_torch = False
+        self._tf_data_depth = 0
+        self._chains: set[int] = set()  # id() of the outermost chain nodes being handled whole
+        self._scopes = 0     # open `with <strategy>.scope():` blocks
+        self._functions = 0  # open def/class bodies: a model built there may be called inside a scope
+        self.models: dict[int, str] = {}  # line -> name: Keras models built outside any scope
+
+    # -- helpers ------------------------------------------------------------------------------------------------
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.get_metadata(PositionProvider, node).start.line
+
+    def _where(self, node: cst.CSTNode) -> tuple[int, int]:
+        start = self.get_metadata(PositionProvider, node).start
+        return start.line, start.column
+
+    def note(self, node: cst.CSTNode, kind: str, message: str) -> None:
+        self.notes.append(Note(self._line(node), kind, message))
+
+    # -- names ----------------------------------------------------------------------------------------------------
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if qualify(dotted(node), self.aliases):
+            self._chains.add(id(node))
+            return False  # the whole chain is handled in leave_Attribute
+        return True
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        if id(original) not in self._chains:
+            return updated
+        return self._chain(original, updated)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        if original.value in self.aliases:  # the module itself, passed along or called
+            self._leftover(original, self.aliases[original.value])
+        return updated
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False  # its names are bindings, not uses
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def _chain(self, original: cst.CSTNode, updated: cst.BaseExpression) -> cst.BaseExpression:
+        text = dotted(original)
+        qualified = qualify(text, self.aliases)
+        parts = qualified.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest prefix with a direct equivalent
+            prefix = ".".join(parts[:cut])
+            if prefix in names.RENAMES and not self._missing_in_keras3(qualified):
+                target = ".".join([names.RENAMES[prefix], *parts[cut:]])
+                if names.RENAMES[prefix] not in names.STRATEGY_ARGS:  # strategies are noted where they are called
+                    self.note(original, CHANGED, f"{text} -> {target}")
+                return expr(target)
+        self._leftover(original, qualified)
+        return updated
+
+    @staticmethod
+    def _missing_in_keras3(qualified: str) -> bool:
+        return any(qualified == p or qualified.startswith(p + ".") for p in names.KERAS3_MISSING)
+
+    def _leftover(self, node: cst.CSTNode, qualified: str) -> None:
+        if any(qualified == p or qualified.startswith(p + ".") for p in names.KEPT_PREFIXES):
+            if self.kept_line is None:
+                self.kept_line = self._line(node)
+                self.note(node, KEPT, names.KEPT_NOTE)
+            return
+        if self._tf_data_depth:
+            return  # builds a tf.data pipeline's input: TensorFlow runs it, as before
+        self.leftovers[self._where(node)] = (qualified, self._line(node))
+
+    # -- calls: tf.data arguments, strategy constructors --------------------------------------------------------
+    def _is_tf_data(self, node: cst.BaseExpression) -> bool:
+        while isinstance(node, (cst.Call, cst.Attribute, cst.Subscript)):
+            qualified = qualify(dotted(node), self.aliases) if isinstance(node, cst.Attribute) else None
+            if qualified and qualified.startswith("tensorflow.data"):
+                return True
+            node = node.func if isinstance(node, cst.Call) else node.value
+        return False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._is_tf_data(node.func):
+            self._tf_data_depth += 1
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if self._is_tf_data(original.func):
+            self._tf_data_depth -= 1
+        target = dotted(updated.func)
+        if target not in names.STRATEGY_ARGS or dotted(original.func) == target:
+            return updated
+        converted, messages, refused = convert_strategy_call(updated, target)
+        source = dotted(original.func)
+        if refused:
+            self.note(original, NOT_CONVERTED, f"{source}(...) left as it is: {refused}")
+            self.leftovers.pop(self._where(original.func), None)
+            return original
+        self.note(original, CHANGED, "; ".join([f"{source}(...) -> {target}(...)", *messages]))
+        return converted
+
+    # -- statements: models outside a scope, @tf.function, the tape step, imports ----------------------------------
+    def visit_With(self, node: cst.With) -> None:
+        self._scopes += any(_is_scope(item.item) for item in node.items)
+
+    def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
+        self._scopes -= any(_is_scope(item.item) for item in original.items)
+        return updated
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._functions += 1
+
+    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+        self._functions -= 1
+        return updated
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions += 1
+
+    def leave_SimpleStatementLine(self, original, updated):
+        pair = assigned_name(updated)
+        if pair and not self._scopes and not self._functions and keras_model_call(pair[1]):
+            self.models[self._line(original)] = pair[0]
+        return updated
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._functions -= 1
+        kept = []
+        for old, new in zip(original.decorators, updated.decorators):
+            deco = old.decorator
+            bare = deco if not isinstance(deco, cst.Call) else (deco.func if not deco.args else None)
+            if qualify(dotted(bare), self.aliases) == "tensorflow.function":
+                self.leftovers.pop(self._where(bare), None)
+                self.note(old, CHANGED, f"@{dotted(bare)} removed: `{original.name.value}` runs eagerly on PyTorch "
+                                        "(the same results; tf.function only compiled it to a graph; "
+                                        "strategy.compile / torch.compile compile it if you want)")
+                continue
+            kept.append(new)
+        if len(kept) == len(updated.decorators):
+            return updated
+        leading = updated.decorators[0].leading_lines if updated.decorators else ()
+        if kept:
+            kept[0] = kept[0].with_changes(leading_lines=leading)
+            return updated.with_changes(decorators=kept)
+        return updated.with_changes(decorators=[], leading_lines=[*updated.leading_lines, *leading])
+
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        return updated.with_changes(body=self._block(original.body, updated.body))
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        return updated.with_changes(body=self._block(original.body, updated.body))
+
+    def _block(self, originals, updated) -> list[cst.BaseStatement]:
+        lines = [self._line(s) for s in originals]
+        body, lines = insert_mirrors(list(updated), lines, self.models, self.strategy, self.fixed)
+        body, converted, _ = tape.rewrite_block(body, lines, self.aliases, self.taken)
+        for line in converted:
+            self.uses_torch = True
+            self.notes.append(Note(line, CHANGED, "the tf.GradientTape step -> Keras 3's PyTorch-backend step "
+                                                  "(zero_grad, loss.backward(), optimizer.apply(grads, weights) "
+                                                  "under torch.no_grad(); gradients averaged across replicas "
+                                                  "by backward())"))
+            for key in [k for k, (q, _) in self.leftovers.items() if q == "tensorflow.GradientTape" and k[0] == line]:
+                del self.leftovers[key]
+        return body
+
+    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.BaseSmallStatement:
+        module = dotted(original.module) if original.module is not None and not original.relative else None
+        if module is None or not (module == "tensorflow" or module.startswith("tensorflow.")):
+            return updated
+        if module.startswith("tensorflow.keras") and not self._missing_in_keras3(module):
+            target = "keras" + module[len("tensorflow.keras"):]
+            self.note(original, CHANGED, f"from {module} import ... -> from {target} import ...")
+            return updated.with_changes(module=expr(target))
+        imported = [] if isinstance(original.names, cst.ImportStar) else original.names
+        if module == "tensorflow" and imported and all(a.name.value == "keras" for a in imported):
+            self.note(original, CHANGED, "from tensorflow import keras -> import keras")
+            return cst.Import(names=[cst.ImportAlias(name=cst.Name("keras"), asname=imported[0].asname)])
+        self.note(original, NOT_CONVERTED, f"from {module} import ...: names imported from TensorFlow this way "
+                                           "are not converted; import tensorflow as tf and use tf.<name>, or "
+                                           "write the allgpu / keras name")
+        return updated
+
+    def leave_Import(self, original: cst.Import, updated: cst.Import) -> cst.Import:
+        aliases = []
+        for alias in updated.names:
+            name = dotted(alias.name) or ""
+            if name.startswith("tensorflow.keras") and not self._missing_in_keras3(name) and alias.asname:
+                target = "keras" + name[len("tensorflow.keras"):]
+                self.note(original, CHANGED, f"import {name} -> import {target}")
+                alias = alias.with_changes(name=expr(target))
+            aliases.append(alias)
+        return updated.with_changes(names=aliases)
+
+
+def _is_scope(node: cst.BaseExpression) -> bool:
+    """``<anything>.scope()``: a strategy's scope, TensorFlow's or allgpu's."""
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "scope"

@@ -1,0 +1,284 @@
+"""`allgpu migrate` on small snippets: what it rewrites, what it reports (with the line and why), the file it writes."""
+
+import os
+import textwrap
+
+import pytest
+
+from allgpu.cli.main import main
+from allgpu.errors import MigrateInputError
+from allgpu.lint import check_source
+from allgpu.migrate import migrate_file, migrate_source
+from allgpu.migrate.notes import CHANGED, FIXED, KEPT, NOT_CONVERTED
+
+
+def _migrate(code: str):
+    return migrate_source(textwrap.dedent(code), "s.py")
+
+
+def _kinds(migration, kind):
+    return [(n.line, n.message) for n in migration.notes if n.kind == kind]
+
+
+def test_strategy_keras_and_imports():
+    m = _migrate("""\
+        import tensorflow as tf
+
+        strategy = tf.distribute.MirroredStrategy()
+        with strategy.scope():
+            model = tf.keras.Sequential([tf.keras.layers.Dense(4)])
+            model.compile(optimizer=tf.keras.optimizers.Adam(1e-3), loss="mse")
+        """)
+    assert m.result == textwrap.dedent("""\
+        import os
+        os.environ["KERAS_BACKEND"] = "torch"  # before the first `import keras`: Keras 3 on PyTorch
+        import keras
+        import allgpu
+
+        strategy = allgpu.MirroredStrategy()
+        with strategy.scope():
+            model = keras.Sequential([keras.layers.Dense(4)])
+            model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+        """)
+    assert m.complete and (3, "tf.distribute.MirroredStrategy(...) -> allgpu.MirroredStrategy(...)") in \
+        _kinds(m, CHANGED)
+    assert migrate_source(m.result).result == m.result  # nothing left to migrate: idempotent
+
+
+def test_every_strategy_and_cluster_resolver():
+    m = _migrate("""\
+        import tensorflow as tf
+        a = tf.distribute.MultiWorkerMirroredStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
+        b = tf.distribute.OneDeviceStrategy(device="/gpu:0")
+        c = tf.distribute.experimental.CentralStorageStrategy(parameter_device="/cpu:0")
+        d = tf.distribute.MirroredStrategy(["/gpu:0", "/gpu:1"], cross_device_ops=tf.distribute.NcclAllReduce())
+        e = tf.distribute.experimental.ParameterServerStrategy(resolver)
+        """)
+    lines = m.result.splitlines()
+    assert "a = allgpu.MultiWorkerMirroredStrategy(allgpu.cluster_resolver.TFConfigClusterResolver())" in lines
+    assert 'b = allgpu.OneDeviceStrategy(device="/gpu:0")' in lines
+    assert 'c = allgpu.CentralStorageStrategy(central_device="/cpu:0")' in lines
+    assert 'd = allgpu.MirroredStrategy(["/gpu:0", "/gpu:1"])' in lines  # the all-reduce choice dropped, said so
+    assert "e = allgpu.ParameterServerStrategy()" in lines
+    changed = dict(_kinds(m, CHANGED))
+    assert "cross_device_ops" in changed[5] and "parameter_device" in changed[4] and "num_ps" in changed[6]
+    assert "import tensorflow" not in m.result  # NcclAllReduce() went with the dropped argument
+
+
+def test_a_strategy_argument_without_equivalent_is_left_and_reported():
+    m = _migrate("""\
+        import tensorflow as tf
+        s = tf.distribute.MirroredStrategy(devices=None, bogus=1)
+        """)
+    assert "tf.distribute.MirroredStrategy(devices=None, bogus=1)" in m.result
+    assert not m.complete and "`bogus=` has no allgpu equivalent" in _kinds(m, NOT_CONVERTED)[0][1]
+
+
+def test_the_gradient_tape_step_becomes_keras_torch_backend_step():
+    m = _migrate("""\
+        import tensorflow as tf
+
+        def train_step(x, y):
+            with tf.GradientTape() as tape:
+                predictions = model(x)
+                loss = loss_fn(y, predictions)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        """)
+    assert textwrap.dedent("""\
+        def train_step(x, y):
+            predictions = model(x)
+            loss = loss_fn(y, predictions)
+            model.zero_grad()
+            trainable_weights = [v for v in model.trainable_variables]
+            loss.backward()
+            grads = [v.value.grad for v in trainable_weights]
+            with torch.no_grad():
+                optimizer.apply(grads, trainable_weights)
+            return loss
+        """) in m.result
+    assert "import torch\n" in m.result and "tensorflow" not in m.result and m.complete
+    assert _kinds(m, CHANGED)[-1][0] == 4 or any(line == 4 for line, _ in _kinds(m, CHANGED))
+
+
+@pytest.mark.parametrize("variant", [
+    "with tf.GradientTape(persistent=True) as tape:\n        loss = model(x)",  # a persistent tape
+    "with tf.GradientTape() as tape:\n        tape.watch(x)\n        loss = model(x)",  # tape.watch
+])
+def test_a_tape_that_is_not_the_canonical_step_is_left_and_reported(variant):
+    m = migrate_source("import tensorflow as tf\ndef step(x):\n    " + variant + "\n"
+                       "    grads = tape.gradient(loss, model.trainable_variables)\n"
+                       "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n")
+    assert "tf.GradientTape(" in m.result and "import tensorflow as tf" in m.result
+    assert [line for line, message in _kinds(m, NOT_CONVERTED) if "GradientTape" in message] == [3]
+
+
+def test_tf_device_config_and_raw_ops_are_listed_with_line_and_reason():
+    m = _migrate("""\
+        import tensorflow as tf
+        tf.config.experimental.set_memory_growth(gpu, True)
+        with tf.device('/gpu:0'):
+            a = tf.random.normal((4, 4))
+            b = tf.matmul(a, a)
+        """)
+    left = _kinds(m, NOT_CONVERTED)
+    assert [line for line, _ in left] == [2, 3, 4, 5]
+    assert "tf.device" in left[1][1] and "own device" in left[1][1] and "keras.ops or torch" in left[3][1]
+    assert m.result.splitlines()[-1].strip() == "b = tf.matmul(a, a)" and not m.complete
+
+
+def test_tf_data_is_kept_with_its_input_ops():
+    m = _migrate("""\
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        ds = tf.data.Dataset.from_tensor_slices((tf.random.uniform((8, 2), dtype=tf.float32), y)).batch(4)
+        dist = strategy.experimental_distribute_dataset(ds.prefetch(tf.data.AUTOTUNE))
+        """)
+    assert "import tensorflow as tf" in m.result and "strategy.experimental_distribute_dataset(" in m.result
+    assert _kinds(m, KEPT)[0][0] == 3 and m.complete  # the tf ops inside tf.data's arguments are its input
+
+
+def test_model_built_outside_scope_is_mirrored_and_said_so():
+    m = _migrate("""\
+        import tensorflow as tf
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+        strategy = tf.distribute.MirroredStrategy()
+        model.compile(loss="mse")
+        """)
+    assert "strategy = allgpu.MirroredStrategy()\nmodel = strategy.mirror(model)" in m.result
+    assert _kinds(m, FIXED)[0][0] == 2 and m.complete
+
+
+def test_model_outside_scope_with_two_strategies_is_reported_not_guessed():
+    m = _migrate("""\
+        import tensorflow as tf
+        try:
+            strategy = tf.distribute.MirroredStrategy()
+        except RuntimeError:
+            strategy = tf.distribute.OneDeviceStrategy("/gpu:0")
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+        """)
+    assert ".mirror(" not in m.result
+    assert _kinds(m, NOT_CONVERTED)[0][0] == 6 and "strategy.mirror(model)" in _kinds(m, NOT_CONVERTED)[0][1]
+
+
+def test_models_built_in_functions_or_in_scope_are_not_touched():
+    m = _migrate("""\
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        def build():
+            model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+            return model
+        with strategy.scope():
+            model = build()
+        """)
+    assert ".mirror(" not in m.result and m.complete
+
+
+def test_tf_function_bare_is_removed_with_arguments_reported():
+    m = _migrate("""\
+        import tensorflow as tf
+
+        @tf.function
+        def a(x):
+            return x
+
+        @tf.function(jit_compile=True)
+        def b(x):
+            return x
+        """)
+    assert "@tf.function\n" not in m.result and "@tf.function(jit_compile=True)" in m.result
+    assert _kinds(m, CHANGED)[0][0] == 3 and [line for line, _ in _kinds(m, NOT_CONVERTED)] == [7]
+
+
+def test_from_imports_and_checkpoint_names():
+    m = _migrate("""\
+        from tensorflow import keras
+        from tensorflow.keras import layers
+        import tensorflow as tf
+        ckpt = tf.train.Checkpoint(model=m)
+        manager = tf.train.CheckpointManager(ckpt, "d", max_to_keep=3)
+        ckpt.restore(tf.train.latest_checkpoint("d"))
+        """)
+    assert "from keras import layers" in m.result and "import keras" in m.result
+    assert 'allgpu.checkpoint.CheckpointManager(ckpt, "d", max_to_keep=3)' in m.result
+    assert 'ckpt.restore(allgpu.checkpoint.latest_checkpoint("d"))' in m.result and "tensorflow" not in m.result
+
+
+def test_keras2_names_missing_in_keras3_are_not_converted():
+    m = _migrate("""\
+        import tensorflow as tf
+        opt = tf.keras.optimizers.legacy.Adam()
+        """)
+    assert "tf.keras.optimizers.legacy.Adam()" in m.result and "legacy" in _kinds(m, NOT_CONVERTED)[0][1]
+
+
+def test_result_passes_lint_and_compiles():
+    m = _migrate("""\
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        with strategy.scope():
+            model = tf.keras.Sequential([tf.keras.layers.Dense(4, input_shape=(3,)), tf.keras.layers.Dense(2)])
+            optimizer = tf.keras.optimizers.Adam()
+        ds = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))
+
+        @tf.function
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.keras.losses.MeanSquaredError()(y, model(x))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        for x, y in ds:
+            strategy.run(step, args=(x, y))
+        """)
+    compile(m.result, "s.py", "exec")
+    assert not [f for f in check_source(m.result, "s.py") if f.severity == "error"]
+    assert m.complete and not [n for n in m.notes if n.kind == "lint" and n.message.startswith("error")]
+
+
+def test_a_script_without_tensorflow_is_unchanged():
+    m = _migrate("import torch\nx = torch.ones(2)\n")
+    assert not m.changed and m.diff() == "" and "nothing to migrate" in m.report()
+
+
+def test_invalid_python_is_a_typed_error():
+    with pytest.raises(MigrateInputError, match="not valid Python"):
+        migrate_source("def (:\n", "bad.py")
+
+
+def test_cli_prints_a_diff_and_writes_only_with_write(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text("import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\n")
+    os.chmod(script, 0o750)
+    assert main(["migrate", str(script)]) == 0
+    out = capsys.readouterr()
+    assert "+strategy = allgpu.MirroredStrategy()" in out.out and "changed" in out.err
+    assert "tf.distribute" in script.read_text()  # a diff only
+    assert main(["migrate", "--write", str(script)]) == 0
+    assert "allgpu.MirroredStrategy()" in script.read_text() and (script.stat().st_mode & 0o777) == 0o750
+    assert list(tmp_path.iterdir()) == [script]  # no temporary file left
+
+
+def test_cli_exit_codes(tmp_path, capsys):
+    partial = tmp_path / "p.py"
+    partial.write_text("import tensorflow as tf\nwith tf.device('/gpu:0'):\n    x = tf.ones(1)\n")
+    assert main(["migrate", str(partial)]) == 1
+    assert "p.py:2: not converted: tf.device" in capsys.readouterr().err
+    assert main(["migrate", str(tmp_path / "missing.py")]) == 2
+
+
+def test_an_interrupted_write_leaves_the_original_whole(tmp_path, monkeypatch):
+    script = tmp_path / "train.py"
+    original = "import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\n"
+    script.write_text(original)
+
+    def fail(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(KeyboardInterrupt):
+        migrate_file(script, write=True)
+    assert script.read_text() == original and list(tmp_path.iterdir()) == [script]
