@@ -44,7 +44,7 @@ def run_script(tmp_path):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if not any(item.get_closest_marker(m) for m in ("replicas", "gpu")):
+        if not any(item.get_closest_marker(m) for m in ("replicas", "gpu", "engines")):
             item.add_marker(pytest.mark.unit)
 
 

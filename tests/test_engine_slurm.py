@@ -1,0 +1,125 @@
+"""The engine tier, Slurm: a real single-node Slurm on localhost (munged, slurmctld, slurmd from Debian's
+slurm-wlm and munge), started once for the module. docs/engines/slurm.md's train.py and batch script run as a
+user runs them; 2 and 4 tasks end with one replica's parameters; scancel mid-epoch then a resubmitted job
+resumes exactly; a task killed with SIGKILL ends the step, named, within 30 s."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.engine_tier import doc_blocks, job_env, require
+from tests.slurm_local import LocalSlurm, missing_programs
+
+pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
+
+TRAIN = doc_blocks("slurm.md", "python")[0]
+SBATCH = doc_blocks("slurm.md", "bash")[0]
+# The same train.py made slow (0.25 s a step) and leaving each replica's pid, so a test can act mid-epoch.
+SLOW = ("import os, time, allgpu\n"
+        "class Slow(allgpu.Callback):\n"
+        "    def on_train_batch_end(self, step, logs):\n"
+        "        open(f\"pid-{os.environ.get('SLURM_PROCID', '0')}\", 'w').write(str(os.getpid()))\n"
+        "        time.sleep(0.25)\n" + TRAIN.replace("verbose=1)", "verbose=1, callbacks=[Slow()])"))
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    missing = missing_programs()
+    require(not missing, f"{', '.join(missing)} not installed (make engine-deps: apt-get install slurm-wlm munge)")
+    require(os.geteuid() == 0, "the local Slurm runs its daemons as root")
+    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except (RuntimeError, OSError) as exc:
+        cluster.stop()
+        require(False, f"the local Slurm did not start: {exc}")
+    yield cluster
+    cluster.stop()
+
+
+def _job_dir(tmp_path, name, script=TRAIN):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "train.py").write_text(script)
+    (d / "train.sbatch").write_text(SBATCH)
+    return d
+
+
+def _sbatch(slurm, d, ntasks, *, wait=True):
+    cmd = ["sbatch", "--parsable", f"--ntasks={ntasks}", f"--ntasks-per-node={ntasks}", "-o", "out.txt"]
+    result = slurm.run(*cmd, *(["--wait"] if wait else []), "train.sbatch", cwd=d, env=job_env(), timeout=240)
+    out = (d / "out.txt").read_text() if (d / "out.txt").exists() else ""
+    return result, out
+
+
+def _params(path):
+    return torch.load(path, weights_only=True)
+
+
+def test_srun_2_and_4_tasks_are_one_job_equal_to_one_replica(slurm, tmp_path):
+    ref = _job_dir(tmp_path, "one")
+    one = subprocess.run([sys.executable, "train.py"], cwd=ref, env=job_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert one.returncode == 0, one.stderr[-3000:]
+    reference = _params(ref / "model.pt")
+    for n in (2, 4):
+        d = _job_dir(tmp_path, f"srun{n}")
+        result, out = _sbatch(slurm, d, n)
+        assert result.returncode == 0, result.stderr + out[-4000:] + slurm.logs()
+        assert "found no GPU" not in out, out[-3000:]  # joined the step: not n silent one-replica jobs
+        got = _params(d / "model.pt")
+        for key in reference:
+            torch.testing.assert_close(got[key], reference[key], rtol=1e-4, atol=1e-6)
+
+
+def test_scancel_mid_epoch_then_resubmitted_job_resumes_exactly(slurm, tmp_path):
+    from allgpu.checkpoint import latest_checkpoint
+
+    straight = _job_dir(tmp_path, "straight", SLOW)
+    result, out = _sbatch(slurm, straight, 2)
+    assert result.returncode == 0, out[-3000:]
+    d = _job_dir(tmp_path, "cancelled", SLOW)
+    result, _ = _sbatch(slurm, d, 2, wait=False)
+    job = result.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 120
+    while latest_checkpoint(d / "checkpoints") is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert latest_checkpoint(d / "checkpoints") is not None, (d / "out.txt").read_text()[-3000:]
+    assert slurm.run("scancel", job).returncode == 0
+    slurm.wait_job_gone(job)
+    assert not (d / "model.pt").exists(), "the job finished before scancel: nothing was resumed"
+    kept = latest_checkpoint(d / "checkpoints")
+    assert kept is not None  # the last complete checkpoint survived SIGTERM/SIGKILL
+    result, out = _sbatch(slurm, d, 2)  # resubmitted: same script, same directory
+    assert result.returncode == 0, out[-3000:]
+    want, got = _params(straight / "model.pt"), _params(d / "model.pt")
+    for key in want:
+        assert torch.equal(want[key], got[key]), (key, (want[key] - got[key]).abs().max())
+
+
+def test_a_task_killed_with_sigkill_ends_the_step_named_within_30s(slurm, tmp_path):
+    d = _job_dir(tmp_path, "killed", SLOW)
+    step = subprocess.Popen(["srun", "-n", "2", "python", "train.py"], cwd=d, env={**job_env(), **slurm.env,
+                            "PATH": job_env()["PATH"]}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (d / "pid-1").exists() and time.monotonic() < deadline and step.poll() is None:
+            time.sleep(0.2)
+        assert (d / "pid-1").exists(), step.communicate(timeout=30)[0][-3000:]
+        os.kill(int((d / "pid-1").read_text()), signal.SIGKILL)
+        killed_at = time.monotonic()
+        out, _ = step.communicate(timeout=60)
+        took = time.monotonic() - killed_at
+    finally:
+        if step.poll() is None:
+            step.kill()
+    assert step.returncode != 0
+    assert took < 30, f"the step took {took:.0f} s to end after a task died:\n{out[-3000:]}"
+    assert "task 1" in out and slurm.host in out, out[-3000:]
