@@ -21,12 +21,12 @@ pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
 
 TRAIN = doc_blocks("slurm.md", "python")[0]
 SBATCH = doc_blocks("slurm.md", "bash")[0]
-# The same train.py made slow (0.25 s a step) and leaving each replica's pid, so a test can act mid-epoch.
+# The same train.py made slow (0.15 s a step) and leaving each replica's pid, so a test can act mid-epoch.
 SLOW = ("import os, time, allgpu\n"
         "class Slow(allgpu.Callback):\n"
         "    def on_train_batch_end(self, step, logs):\n"
         "        open(f\"pid-{os.environ.get('SLURM_PROCID', '0')}\", 'w').write(str(os.getpid()))\n"
-        "        time.sleep(0.25)\n" + TRAIN.replace("verbose=1)", "verbose=1, callbacks=[Slow()])"))
+        "        time.sleep(0.15)\n" + TRAIN.replace("verbose=1)", "verbose=1, callbacks=[Slow()])"))
 
 
 @pytest.fixture(scope="module")
@@ -63,28 +63,39 @@ def _params(path):
     return torch.load(path, weights_only=True)
 
 
-def test_srun_2_and_4_tasks_are_one_job_equal_to_one_replica(slurm, tmp_path):
-    ref = _job_dir(tmp_path, "one")
-    one = subprocess.run([sys.executable, "train.py"], cwd=ref, env=job_env(), capture_output=True, text=True,
-                         timeout=120)
-    assert one.returncode == 0, one.stderr[-3000:]
-    reference = _params(ref / "model.pt")
+@pytest.fixture(scope="module")
+def srun_params(slurm, tmp_path_factory):
+    """The doc's job's parameters with n tasks (0: plain `python train.py`), each run once for the module."""
+    done: dict[int, dict] = {}
+
+    def params(n: int) -> dict:
+        if n not in done:
+            d = _job_dir(tmp_path_factory.mktemp(f"tasks{n}"), "job")
+            if n == 0:
+                one = subprocess.run([sys.executable, "train.py"], cwd=d, env=job_env(), capture_output=True,
+                                     text=True, timeout=120)
+                assert one.returncode == 0, one.stderr[-3000:]
+            else:
+                result, out = _sbatch(slurm, d, n)
+                assert result.returncode == 0, result.stderr + out[-4000:] + slurm.logs()
+                assert "found no GPU" not in out, out[-3000:]  # joined the step: not n silent one-replica jobs
+            done[n] = _params(d / "model.pt")
+        return done[n]
+
+    return params
+
+
+def test_srun_2_and_4_tasks_are_one_job_equal_to_one_replica(srun_params):
+    reference = srun_params(0)
     for n in (2, 4):
-        d = _job_dir(tmp_path, f"srun{n}")
-        result, out = _sbatch(slurm, d, n)
-        assert result.returncode == 0, result.stderr + out[-4000:] + slurm.logs()
-        assert "found no GPU" not in out, out[-3000:]  # joined the step: not n silent one-replica jobs
-        got = _params(d / "model.pt")
+        got = srun_params(n)
         for key in reference:
             torch.testing.assert_close(got[key], reference[key], rtol=1e-4, atol=1e-6)
 
 
-def test_scancel_mid_epoch_then_resubmitted_job_resumes_exactly(slurm, tmp_path):
+def test_scancel_mid_epoch_then_resubmitted_job_resumes_exactly(slurm, srun_params, tmp_path):
     from allgpu.checkpoint import latest_checkpoint
 
-    straight = _job_dir(tmp_path, "straight", SLOW)
-    result, out = _sbatch(slurm, straight, 2)
-    assert result.returncode == 0, out[-3000:]
     d = _job_dir(tmp_path, "cancelled", SLOW)
     result, _ = _sbatch(slurm, d, 2, wait=False)
     job = result.stdout.strip().split(";")[0]
@@ -99,7 +110,7 @@ def test_scancel_mid_epoch_then_resubmitted_job_resumes_exactly(slurm, tmp_path)
     assert kept is not None  # the last complete checkpoint survived SIGTERM/SIGKILL
     result, out = _sbatch(slurm, d, 2)  # resubmitted: same script, same directory
     assert result.returncode == 0, out[-3000:]
-    want, got = _params(straight / "model.pt"), _params(d / "model.pt")
+    want, got = srun_params(2), _params(d / "model.pt")  # the same job never cancelled (Slow only sleeps)
     for key in want:
         assert torch.equal(want[key], got[key]), (key, (want[key] - got[key]).abs().max())
 
