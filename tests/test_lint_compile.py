@@ -43,3 +43,22 @@ def test_notebook_allows_top_level_await_but_not_return():
     assert check_source(nb("import asyncio", "await asyncio.sleep(0)"), "n.ipynb") == []
     [f] = check_source(nb("x = 1", "return x"), "n.ipynb")
     assert (f.rule_id, f.cell, f.line) == ("E999", 2, 1)
+
+
+def test_code_before_a_syntax_error_is_still_checked():
+    src = "import torch\nmodel = torch.nn.DataParallel(net)\n\ndef f():\n    x = 1\n    print 'py2'\n"
+    found = check_source(src, "x.py")
+    assert [(f.rule_id, f.line) for f in found] == [("PT001", 2), ("E999", 6)]
+    assert "lines 4-6 were not checked (lines 1-3 were)" in found[1].message and "Fix: " in found[1].message
+
+
+def test_nothing_parses_before_the_error():
+    [f] = check_source("print 'x'\nimport torch\n", "x.py")
+    assert f.rule_id == "E999" and "nothing in the file was checked" in f.message
+
+
+def test_a_file_that_does_not_compile_is_checked_whole():
+    src = "import torch\nreturn 1\nmodel = torch.nn.DataParallel(net)\n"
+    found = check_source(src, "x.py")
+    assert [(f.rule_id, f.line) for f in found] == [("E999", 2), ("PT001", 3)]
+    assert "the rest of the file was checked" in found[0].message

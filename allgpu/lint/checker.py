@@ -20,6 +20,7 @@ from allgpu.lint.catalog import DEFAULT_OFF, RULES
 from allgpu.lint.compile_check import compile_errors
 from allgpu.lint.facts import Facts
 from allgpu.lint.findings import Finding, lint_finding
+from allgpu.lint.partial import parseable_prefix, unchecked_note
 from allgpu.lint.notebook import NotebookError, read_notebook, source_lines_in_file
 from allgpu.lint.project import Importer
 from allgpu.lint.notebook_files import writefile_scripts
@@ -146,18 +147,24 @@ def _check_source(text: str, filename: str, select, ignore, importer=None) -> li
         tree = ast.parse(text, filename=filename)
     except SyntaxError as exc:
         hint = " (Python 2 code?)" if _looks_py2(exc, text) else ""
-        findings.append(lint_finding(filename, exc.lineno or 1, (exc.offset or 0) or 1, "E999", "error",
-                                     f"file does not parse: {exc.msg}{hint}"))
-        return _keep(findings, select, ignore)
+        line = exc.lineno or 1
+        part = parseable_prefix(text, line) if origin is None else None
+        note = unchecked_note(line, part[2] if part else None, len(text.splitlines()))
+        findings.append(lint_finding(filename, line, (exc.offset or 0) or 1, "E999", "error",
+                                     with_fix(f"file does not parse: {exc.msg}{hint}{note}", RULES["E999"]),
+                                     fix=RULES["E999"].fix))
+        if part is None:
+            return _keep(findings, select, ignore)
+        tree, text = part[0], part[1]
     except (ValueError, RecursionError, MemoryError) as exc:
         findings.append(lint_finding(filename, 1, 1, "E999", "error", f"file does not parse: {exc}"))
         return _keep(findings, select, ignore)
     mod = Module(tree, text, importer)
     refused = compile_errors(mod, notebook=origin is not None)
-    if refused:  # Python would not run this file: report it like a syntax error, check nothing else
+    if refused:  # Python would not run this file: report it like a syntax error, and check the code anyway
         line, col, msg = refused[0]
-        findings.append(_located(filename, line, col, "E999", f"file does not compile: {msg}", origin, starts))
-        return _keep(findings, select, ignore)
+        findings.append(_located(filename, line, col, "E999", f"file does not compile: {msg}; the rest of the "
+                                 "file was checked", origin, starts))
     ctx = _Context(mod, Facts(mod))
     for check in CHECKS:
         try:
