@@ -8,10 +8,12 @@ from allgpu.errors import UnknownRuleError
 from allgpu.lint.findings import Rule
 
 _R = [
-    Rule("E999", "error", "unparseable-file", "file could not be parsed; nothing in it was checked",
+    Rule("E999", "error", "unparseable-file", "file could not be parsed or compiled; only the parts that parse were checked",
          "The file is not valid Python 3 (often Python 2 code: `print x`, `except E, e:`), Python parses it but\n"
          "refuses to compile it (`return` outside a function, `break` outside a loop, a duplicate argument...),\n"
-         "or it is a notebook whose JSON cannot be read. Python would not run it, so nothing in it was checked.\n"
+         "or it is a notebook whose JSON cannot be read. Python would not run it. What can be checked still is:\n"
+         "the code before a syntax error (the finding says which lines were not checked), the whole of a file\n"
+         "that parses but does not compile, and every notebook cell that parses.\n"
          "Fix: port the file to Python 3 (`2to3 -w FILE`), or exclude it with --ignore E999."),
     # ---- TensorFlow / Keras --------------------------------------------------------------------------
     Rule("TF001", "error", "created-outside-scope",
