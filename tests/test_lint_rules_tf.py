@@ -388,3 +388,55 @@ def test_flagship_rules_on_by_default_and_tf012_only_when_selected():
     mw = "import tensorflow as tf\nstrategy = tf.distribute.MultiWorkerMirroredStrategy()\n"
     assert "TF012" not in {f.rule_id for f in check_source(mw, "t.py")}
     assert "TF012" in {f.rule_id for f in check_source(mw, "t.py", select="TF012")}
+
+
+# ---- TF001 follows the binding, not the name (issue 21) -------------------------------------------------------
+def test_tf001_model_for_evaluation_then_a_new_one_trained_in_scope():
+    src = HEAD + """
+model = tf.keras.models.load_model('baseline.h5')
+print(model.evaluate(x_test, y_test))
+model.save('export')
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+    model.compile('adam', 'mse')
+model.fit(ds)
+"""
+    assert "TF001" not in ids(src)
+
+
+def test_tf001_trained_through_strategy_run_after_the_binding():
+    src = HEAD + """
+model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+with strategy.scope():
+    opt = tf.keras.optimizers.Adam()
+@tf.function
+def step(x):
+    with tf.GradientTape() as t:
+        loss = tf.reduce_sum(model(x))
+    opt.apply_gradients(zip(t.gradient(loss, model.trainable_variables), model.trainable_variables))
+for x in dist_ds:
+    strategy.run(step, args=(x,))
+"""
+    from allgpu.lint import check_source
+    assert [f.line for f in check_source(src, "t.py") if f.rule_id == "TF001"] == [5]
+
+
+def test_tf001_rebound_before_training_and_helper_that_returns_it():
+    rebound = HEAD + """
+model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+model.summary()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+model.compile('adam', 'mse')
+model.fit(ds)
+"""
+    assert "TF001" not in ids(rebound)
+    helper = HEAD + """
+def build():
+    m = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+    m.compile('adam', 'mse')
+    return m
+net = build()
+net.fit(ds)
+"""
+    assert "TF001" in ids(helper)

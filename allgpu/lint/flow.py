@@ -96,26 +96,29 @@ def stack_targets(stack: list) -> set[str]:
     caller's ``model``.
     """
     out: set[str] = set()
+    st = target_stmt(stack)
+    if isinstance(st, ast.Assign):
+        targets = st.targets
+    elif isinstance(st, (ast.AnnAssign, ast.AugAssign)):
+        targets = [st.target]
+    else:
+        return out
+    for t in targets:
+        for sub in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+            name = dotted(sub)
+            if name:
+                out.add(name)
+    return out
+
+
+def target_stmt(stack: list) -> ast.stmt | None:
+    """The statement whose targets receive what the call on top of ``stack`` creates (through ``return``s)."""
     i = len(stack) - 1
     while i >= 0 and isinstance(stack[i], ast.Return):
         while i >= 0 and not isinstance(stack[i], (ast.FunctionDef, ast.AsyncFunctionDef)):
             i -= 1
         i -= 1  # the caller's statement
-    if i < 0:
-        return out
-    for st in stack[i:i + 1]:
-        if isinstance(st, ast.Assign):
-            targets = st.targets
-        elif isinstance(st, (ast.AnnAssign, ast.AugAssign)):
-            targets = [st.target]
-        else:
-            continue
-        for t in targets:
-            for sub in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
-                name = dotted(sub)
-                if name:
-                    out.add(name)
-    return out
+    return stack[i] if i >= 0 else None
 
 
 def call_site_note(stack: list) -> str:

@@ -41,15 +41,13 @@ def sharded_names(ctx) -> set[str]:
         elif last == "fully_shard" and call.args and dotted(call.args[0]):
             out.add(dotted(call.args[0]))
     strategies = _sharded_strategies(mod)
-    if strategies:
-        for node in ast.walk(mod.tree):
-            if isinstance(node, (ast.With, ast.AsyncWith)) and any(
-                    isinstance(it.context_expr, ast.Call) and isinstance(it.context_expr.func, ast.Attribute)
-                    and it.context_expr.func.attr == "scope" and dotted(it.context_expr.func.value) in strategies
-                    for it in node.items):
-                for st in iter_body_nodes(node.body):
-                    if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call) and not _optimizer(mod, st.value):
-                        out |= {dotted(t) for t in st.targets if dotted(t)}
+    for attr in mod.attrs.get("scope", []) if strategies else ():
+        item = mod.parent.get(id(mod.parent.get(id(attr))))
+        if not isinstance(item, ast.withitem) or dotted(attr.value) not in strategies:
+            continue
+        for st in iter_body_nodes(mod.parent[id(item)].body):
+            if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call) and not _optimizer(mod, st.value):
+                out |= {dotted(t) for t in st.targets if dotted(t)}
     return out
 
 
@@ -103,16 +101,13 @@ def check_pt012(ctx) -> None:
     names = sharded_names(ctx)
     if not names:
         return
-    for call, _ in mod.calls:
-        guard = _rank_guard(mod, call)
-        if guard is None:
-            continue
-        name = _forward_of(call, names)
-        via = ""
-        if name is None:
+    for call, qn in mod.calls:
+        name, via = _forward_of(call, names), ""
+        if name is None and qn is None:
             name = _helper_forward(mod, call, names)
             via = f" (inside {dotted(call.func)}())"
-        if name is None:
+        guard = _rank_guard(mod, call) if name is not None else None
+        if guard is None:
             continue
         branch = "else branch of " if any(call is n or _inside(mod, call, n) for n in guard.orelse) else ""
         test = ast.unparse(guard.test) if hasattr(ast, "unparse") else "a rank test"

@@ -6,7 +6,8 @@ import ast
 
 from allgpu.lint import tfdata
 from allgpu.lint.facts import reachable_functions
-from allgpu.lint.flow import call_site_note, nested_check, stack_targets, walk_scopes
+from allgpu.lint.binding import used_after
+from allgpu.lint.flow import call_site_note, nested_check, stack_targets, target_stmt, walk_scopes
 from allgpu.lint.resolve import const_str, dotted, iter_body_nodes, kwarg
 
 _KERAS_MODELS = {"keras.Sequential", "keras.Model", "keras.models.Sequential", "keras.models.Model",
@@ -42,8 +43,14 @@ def tf_creation(ctx, call: ast.Call) -> str | None:
     return None
 
 
-def _trained_names(ctx) -> set[str]:
-    mod, out = ctx.mod, set()
+def training_uses(ctx) -> dict[str, list[ast.AST]]:
+    """name -> the nodes that train what it holds: ``fit``, ``train_on_batch``, ``apply_gradients``,
+    ``minimize``, ``trainable_variables``, ``compile(optimizer=name)``, a metric's ``update_state`` in a
+    ``strategy.run`` script."""
+    cached = ctx.mod.__dict__.get("_tf_training_uses")
+    if cached is not None:
+        return cached
+    mod, out = ctx.mod, {}
     has_run = "run" in ctx.facts.file_features
     for call, _ in mod.calls:
         f = call.func
@@ -51,16 +58,17 @@ def _trained_names(ctx) -> set[str]:
             continue
         recv = dotted(f.value)
         if recv and f.attr in ("fit", "fit_generator", "train_on_batch", "apply_gradients", "minimize"):
-            out.add(recv)
+            out.setdefault(recv, []).append(call)
         elif recv and f.attr == "update_state" and has_run:
-            out.add(recv)
+            out.setdefault(recv, []).append(call)
         elif f.attr == "compile" and dotted(kwarg(call, "optimizer")):
-            out.add(dotted(kwarg(call, "optimizer")))
+            out.setdefault(dotted(kwarg(call, "optimizer")), []).append(call)
     for attr in ("trainable_variables", "trainable_weights"):
         for node in mod.attrs.get(attr, []):
             name = dotted(node.value)
             if name:
-                out.add(name)
+                out.setdefault(name, []).append(node)
+    ctx.mod.__dict__["_tf_training_uses"] = out
     return out
 
 
@@ -68,7 +76,7 @@ def check_tf001(ctx) -> None:
     facts = ctx.facts
     if not facts.has_strategy("tf"):
         return
-    trained = _trained_names(ctx)
+    uses = training_uses(ctx)
     classify = lambda c: tf_creation(ctx, c)  # noqa: E731
     nested = nested_check(facts, classify)
 
@@ -78,7 +86,8 @@ def check_tf001(ctx) -> None:
         kind = classify(call)
         if kind is None or nested(call):
             return
-        names = stack_targets(stack) & trained
+        st = target_stmt(stack)
+        names = {n for n in stack_targets(stack) if used_after(ctx.mod, st, n, uses)}
         if names and not _baseline_before_strategy(ctx, stack):
             site, where = call, ""
             owner = ctx.mod.owner(call) if ctx.mod.is_foreign(call) else None

@@ -1,0 +1,147 @@
+"""Is *this* binding of a name used later in a given way? Follows one assignment to its uses, not the name.
+
+``model = build()`` outside the scope, used for ``evaluate``/``predict``/``save`` and then rebound under
+``with strategy.scope(): model = build()`` before ``model.fit``: the first binding is never trained, although
+the file trains something called ``model``. A use counts for a binding when it comes after it and before the
+next assignment to the name in the same function (or module), or when it sits in another function that does
+not bind the name itself and that is called or referenced in that window (``strategy.run(train_step)``), or
+from another function's body (where the order cannot be told).
+"""
+
+from __future__ import annotations
+
+import ast
+
+
+def _scope(mod, node: ast.AST):
+    cache = mod.__dict__.setdefault("_binding_scope", {})
+    key = id(node)
+    if key not in cache:
+        cache[key] = mod.enclosing_function(node)
+    return cache[key]
+
+
+def _store_scopes(mod, name: str) -> set[int]:
+    cache = mod.__dict__.setdefault("_binding_store_scopes", {})
+    if name not in cache:
+        cache[name] = {id(_scope(mod, n)) for n in _stores(mod).get(name, [])}
+    return cache[name]
+
+
+def _names(mod) -> tuple[dict[str, list[ast.Name]], dict[str, list[ast.Name]]]:
+    """(stores, loads): every bare-name occurrence by name, from one walk of the tree (cached)."""
+    index = mod.__dict__.get("_binding_names")
+    if index is None:
+        stores: dict[str, list[ast.Name]] = {}
+        loads: dict[str, list[ast.Name]] = {}
+        for node in ast.walk(mod.tree):
+            if type(node) is ast.Name:
+                (stores if type(node.ctx) is ast.Store else loads).setdefault(node.id, []).append(node)
+        index = mod.__dict__["_binding_names"] = (stores, loads)
+    return index
+
+
+def _stores(mod) -> dict[str, list[ast.Name]]:
+    return _names(mod)[0]
+
+
+def _loads(mod) -> dict[str, list[ast.Name]]:
+    return _names(mod)[1]
+
+
+def _window_end(mod, stmt: ast.stmt, name: str) -> int | None:
+    """The line of the next assignment to ``name`` in ``stmt``'s own function (or module), None if none."""
+    end = getattr(stmt, "end_lineno", stmt.lineno) or stmt.lineno
+    scope = _scope(mod, stmt)
+    later = [n.lineno for n in _stores(mod).get(name, []) if n.lineno > end and _scope(mod, n) is scope]
+    return min(later) if later else None
+
+
+def _in_window(line: int, start: int, stop: int | None) -> bool:
+    return line > start and (stop is None or line < stop)
+
+
+def _binds_locally(mod, fn, name: str) -> bool:
+    return id(fn) in _store_scopes(mod, name) or \
+        name in {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+
+
+def used_after(mod, stmt: ast.stmt, name: str, all_uses: dict[str, list[ast.AST]], depth: int = 0) -> bool:
+    """Does one of ``all_uses[name]`` (nodes using the name) see the value ``stmt`` binds to ``name``?
+
+    Dotted names (``self.model``) are object state: any use counts; so does any use when ``stmt`` is in another
+    module of the project. A name bound inside a loop counts every use in that loop too (the next iteration
+    reads it). A name a function binds and returns (``model = ...; return model``) is followed to the
+    statements that call the function.
+    """
+    uses = all_uses.get(name, [])
+    if "." in name or mod.is_foreign(stmt):
+        return bool(uses) or (depth < 3 and _returned_and_used(mod, stmt, name, all_uses, depth))
+    if _returned_and_used(mod, stmt, name, all_uses, depth):
+        return True
+    start = getattr(stmt, "end_lineno", stmt.lineno) or stmt.lineno
+    stop = _window_end(mod, stmt, name)
+    scope = _scope(mod, stmt)
+    loop = next((a for a in mod.ancestors(stmt) if isinstance(a, (ast.For, ast.While, ast.AsyncFor))
+                 and _scope(mod, a) is scope), None)
+    for use in uses:
+        fn = _scope(mod, use)
+        if fn is scope:
+            if _in_window(use.lineno, start, stop) or (loop is not None and any(a is loop for a in mod.ancestors(use))):
+                return True
+            continue
+        inner = fn
+        while inner is not None and _scope(mod, inner) is not scope:  # the function directly under ``scope``
+            inner = _scope(mod, inner)
+        if inner is None or any(_binds_locally(mod, f, name) for f in _chain(mod, fn, inner)):
+            continue
+        if _referenced_in_window(mod, inner, scope, start, stop, depth):
+            return True
+    return False
+
+
+def _returned_and_used(mod, stmt: ast.stmt, name: str, all_uses: dict, depth: int) -> bool:
+    fn = _scope(mod, stmt)
+    if fn is None or depth >= 3:
+        return False
+    returns = any(isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id == name
+                  for n in ast.walk(fn))
+    if not returns:
+        return False
+    owner = mod.owner(fn) if mod.is_foreign(fn) else None
+    sites = mod.callers(fn) if owner is None else [c for c, _ in mod.calls if fn in mod.local_functions(c.func)]
+    for call in sites:
+        site = next((a for a in mod.ancestors(call) if isinstance(a, ast.stmt)), None)
+        if isinstance(site, ast.Assign) and site.value is call:
+            for t in site.targets:
+                if isinstance(t, ast.Name) and used_after(mod, site, t.id, all_uses, depth + 1):
+                    return True
+    return False
+
+
+def _chain(mod, fn, top):
+    """``fn`` and the functions enclosing it, up to ``top``."""
+    while fn is not None:
+        yield fn
+        if fn is top:
+            return
+        fn = _scope(mod, fn)
+
+
+def _referenced_in_window(mod, fn, scope, start: int, stop: int | None, depth: int) -> bool:
+    """Is ``fn`` called or passed on (``strategy.run(fn)``) inside the window, or from another function?"""
+    refs = [r for r in _loads(mod).get(fn.name, []) if _scope(mod, r) is not fn]  # not its own recursion
+    if not refs:
+        return True  # defined and never used here: called from elsewhere (a snippet, another module)
+    for ref in refs:
+        where = _scope(mod, ref)
+        if where is scope:
+            if _in_window(ref.lineno, start, stop):
+                return True
+        elif depth < 2:
+            return True  # called from another function's body: the order cannot be told, count it
+    for d in fn.decorator_list:  # an entry point another framework calls (``@app.route``): cannot tell
+        if not isinstance(d, (ast.Name, ast.Attribute)) or (getattr(d, "attr", None) or getattr(d, "id", "")) not in (
+                "function", "tf_function", "no_grad", "staticmethod"):
+            return True
+    return False
