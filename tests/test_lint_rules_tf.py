@@ -440,3 +440,38 @@ net = build()
 net.fit(ds)
 """
     assert "TF001" in ids(helper)
+
+
+# ---- TF008 through iterators and Estimator input functions (issue 21) -------------------------------------------
+def test_tf008_iterator_drawn_in_a_training_script():
+    eager = """
+import tensorflow as tf
+import tensorflow.contrib.eager as tfe
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(128)
+it = tfe.Iterator(dataset)
+opt = tf.train.GradientDescentOptimizer(0.1)
+for step in range(100):
+    d = it.next()
+    opt.apply_gradients(grad(d))
+"""
+    assert "TF008" in ids(eager)
+    assert "TF008" not in ids(eager.replace(".batch(128)", ".batch(128).prefetch(1)"))
+    graph = """
+import tensorflow as tf
+dataset = tf.contrib.data.Dataset.from_tensor_slices((x, y)).batch(128)
+X, Y = dataset.make_initializable_iterator().get_next()
+train_op = tf.train.AdamOptimizer().minimize(loss(X, Y))
+"""
+    assert "TF008" in ids(graph)
+    assert "TF008" not in ids(graph.replace("train_op = tf.train.AdamOptimizer().minimize(loss(X, Y))", "print(X)"))
+
+
+def test_tf008_estimator_input_fn():
+    src = """
+import tensorflow as tf
+def input_fn(files, batch_size=200):
+    dataset = tf.data.TextLineDataset(files).map(parse, num_parallel_calls=4)
+    return dataset.batch(batch_size).make_one_shot_iterator().get_next()
+"""
+    assert "TF008" in ids(src)
+    assert "TF008" not in ids(src.replace(".batch(batch_size)", ".batch(batch_size).prefetch(1)"))

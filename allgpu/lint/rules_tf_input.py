@@ -165,7 +165,20 @@ def _training_inputs(ctx) -> list[ast.expr]:
             continue
         if facts.features(loop.body, loop) & _TRAIN_LOOP_FEATURES or _calls_attr(loop.body, "train_on_batch"):
             out.append(it)
+    trains = bool(facts.file_features & _TRAIN_LOOP_FEATURES)
+    for call, ds in tfdata.iterated_datasets(mod):  # next(it) / it.get_next() in a training script or input_fn
+        if trains or _in_input_fn(mod, call):
+            out.append(ds)
+    for name, defs in mod.functions.items():  # an Estimator input_fn returns the pipeline the estimator trains on
+        if "input_fn" in name:
+            out += [n.value for d in defs for n in iter_body_nodes(d.body)
+                    if isinstance(n, ast.Return) and n.value is not None and not isinstance(n.value, ast.Tuple)]
     return out
+
+
+def _in_input_fn(mod, node: ast.AST) -> bool:
+    fn = mod.enclosing_function(node)
+    return fn is not None and "input_fn" in fn.name
 
 
 def _calls_attr(stmts, attr: str) -> bool:

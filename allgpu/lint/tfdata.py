@@ -12,7 +12,7 @@ _TFDATA_METHODS = frozenset({
     "unbatch", "interleave", "flat_map", "apply", "with_options", "shard", "rebatch", "zip", "concatenate",
     "ragged_batch", "bucket_by_sequence_length", "enumerate", "window", "snapshot",
 })
-_TFDATA_ROOTS = ("tensorflow.data.", "tensorflow_datasets.load", "keras.utils.image_dataset_from_directory",
+_TFDATA_ROOTS = ("tensorflow.data.", "tensorflow.contrib.data.", "tensorflow_datasets.load", "keras.utils.image_dataset_from_directory",
                  "keras.preprocessing.image_dataset_from_directory", "keras.utils.text_dataset_from_directory",
                  "keras.utils.timeseries_dataset_from_array")
 _UNWRAP = ("enumerate", "iter", "tqdm", "islice", "tqdm.tqdm", "itertools.islice", "tqdm.auto.tqdm")
@@ -23,7 +23,8 @@ def is_tfdata_root(qn: str | None) -> bool:
     ``tf.data.Options()``."""
     if not qn or not qn.startswith(_TFDATA_ROOTS):
         return False
-    return not qn.startswith("tensorflow.data.") or "Dataset" in qn or ".experimental.make_" in qn
+    return not qn.startswith(("tensorflow.data.", "tensorflow.contrib.data.")) or "Dataset" in qn or \
+        ".experimental.make_" in qn
 
 
 def unwrap_iter(mod: Module, expr: ast.expr) -> ast.expr:
@@ -113,3 +114,39 @@ def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None
             roots, methods = roots + r, methods | m
         return roots, methods
     return [], set()
+
+
+_ITER_ATTRS = ("make_one_shot_iterator", "make_initializable_iterator", "__iter__", "create_iterator")
+_NEXT_ATTRS = ("get_next", "next", "__next__")
+
+
+def iterated_datasets(mod: Module) -> list[tuple[ast.Call, ast.expr]]:
+    """``(consuming call, dataset)`` for each iterator drawn from: ``it = iter(ds)`` / ``tfe.Iterator(ds)`` /
+    ``ds.make_one_shot_iterator()`` and then ``next(it)``, ``it.next()`` or ``it.get_next()``."""
+    out = []
+    for call, qn in mod.calls:
+        f = call.func
+        if isinstance(f, ast.Attribute) and f.attr in _NEXT_ATTRS:
+            recv = f.value
+        elif qn in ("next", "builtins.next") or (isinstance(f, ast.Name) and f.id == "next"):
+            recv = call.args[0] if call.args else None
+        else:
+            continue
+        for it in ([recv] if isinstance(recv, ast.Call) else mod.values_of(recv)[:4]):
+            ds = _iterator_source(mod, it)
+            if ds is not None:
+                out.append((call, ds))
+    return out
+
+
+def _iterator_source(mod: Module, it: ast.AST) -> ast.expr | None:
+    if not isinstance(it, ast.Call):
+        return None
+    f = it.func
+    if isinstance(f, ast.Attribute) and f.attr in _ITER_ATTRS:
+        return f.value
+    name = mod.qualname(f) or (f.id if isinstance(f, ast.Name) else "")
+    if it.args and (name in ("iter", "builtins.iter") or name.endswith(("Iterator", "make_one_shot_iterator",
+                                                                         "make_initializable_iterator"))):
+        return it.args[0]
+    return None
