@@ -234,3 +234,77 @@ def test_wilson_interval():
     low, high = ev.wilson(18, 20)
     assert 0.68 < low < 0.70 and 0.97 < high < 0.98
     assert ev.wilson(0, 0) == (0.0, 1.0)
+
+
+@pytest.mark.parametrize("line, cause", [
+    # Launch and loader failures a pasted log shows (message formats of PyTorch and NCCL).
+    ("RuntimeError: Address already in use", "port-in-use"),
+    ("[W socket.cpp:401] [c10d] The server socket has failed to listen on [::]:47531 (errno: 98 - Address already "
+     "in use).", "port-in-use"),
+    ("RuntimeError: Default process group has not been initialized, please make sure to call init_process_group.",
+     "process-group-missing"),
+    ("AssertionError: Default process group is not initialized", "process-group-missing"),
+    ("RuntimeError: DataLoader worker (pid 47) is killed by signal: Bus error. It is possible that dataloader's "
+     "workers are out of shared memory.", "dataloader-shm"),
+    ("RuntimeError: CUDA error: invalid device ordinal", "invalid-device-index"),
+    ("RuntimeError: NCCL Error 2: unhandled system error", "nccl-error"),
+    ("host:1:2 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-0 (size 9637888)",
+     "nccl-error"),
+    ("docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]].",
+     "no-driver"),
+    ("WARNING: The NVIDIA Driver was not detected.  GPU functionality will not be available.", "no-driver"),
+    ("Could not load library libcudnn_cnn_infer.so.8. Error: libcuda.so: cannot open shared object file: No such "
+     "file or directory", "missing-cuda-libs"),
+    ("Failed to get convolution algorithm. This is probably because cuDNN failed to initialize, so try looking to "
+     "see if a warning log message was printed above.", "memory-held"),
+    ("Tried to allocate 20.00 MiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; "
+     "1.25 GiB reserved in total by PyTorch)", "out-of-memory"),
+    ("RuntimeError: CUDA out of memory on GPU with 4GB vram", "out-of-memory"),
+    (">>> print(torch.version.cuda)\nNone", "cpu-build"),
+])
+def test_launch_loader_and_library_messages(line, cause):
+    assert causes(line)[:1] == (cause,)
+
+
+def test_libcuda_so_1_missing_is_still_the_driver():
+    assert causes("ImportError: libcuda.so.1: cannot open shared object file: No such file or directory") == (
+        "no-driver",)
+
+
+def test_a_failed_cuinit_wins_over_jax_falling_back_to_cpu():
+    log = ("E external/xla/xla/stream_executor/cuda/cuda_driver.cc:268] failed call to cuInit: CUDA_ERROR_UNKNOWN: "
+           "unknown error\nNo GPU/TPU found, falling back to CPU. (Set TF_CPP_MIN_LOG_LEVEL=0 and rerun for more "
+           "info.)")
+    assert causes(log) == ("no-driver",)
+
+
+SMI = """\
++-----------------------------------------------------------------------------+
+| NVIDIA-SMI 390.87                 Driver Version: 390.87                    |
+|-------------------------------+----------------------+----------------------+
+| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |
+|===============================+======================+======================|
+|   0  GeForce GTX 108...  Off  | 00000000:01:00.0  On |                  N/A |
+| 31%   58C    P2    70W / 250W |   9584MiB / 11170MiB |      0%      Default |
++-------------------------------+----------------------+----------------------+
+"""
+
+
+def test_a_log_with_no_known_message_says_what_it_read():
+    log = SMI + "Tensor Flow Version: 2.12.0\nGPU is NOT AVAILABLE\n"
+    verdict = verdict_from_log(read_log(log))
+    notes = " ".join(verdict.notes)
+    assert verdict.cause_ids == () and verdict.nothing_known
+    assert "tensorflow 2.12.0" in notes and "driver 390.87" in notes and "GeForce GTX 108..." in notes
+    assert "GPU 0 uses 9584 of 11170 MiB at 0% utilisation (memory held while idle)" in notes
+
+
+def test_step_timing_mostly_data_wait_is_input_bound_and_an_idle_smi_row_supports_it():
+    lines = ["Epoch: [0][14/5005]\tTime 0.154 (8.010)\tData 0.001 (7.720)\tLoss 6.9074 (6.9080)",
+             "Epoch: [0][16/5005]\tTime 67.619 (11.054)\tData 67.544 (10.785)\tLoss 6.9076 (6.9079)"]
+    verdict = verdict_from_log(read_log("\n".join(lines)))
+    assert verdict.cause_ids == ("input-bound",) and "98% of the step waits for data" in verdict.findings[0].evidence[0]
+    busy = "Epoch: [0][16/5005]\tTime 0.300 (0.310)\tData 0.010 (0.012)\tLoss 6.9"
+    assert causes(busy) == ()
+    # A snapshot of memory held at 0% utilisation alone is not enough to name a cause.
+    assert causes(SMI) == ()

@@ -16,6 +16,8 @@ never renamed or reused.
 ``unsupported-compute-capability``  the GPU's architecture is below the build's minimum or has no kernels
 ``devices-hidden``                  ``CUDA_VISIBLE_DEVICES`` (empty, ``-1``, a subset) or
                                     ``tf.config.set_visible_devices`` leaves GPUs out
+``invalid-device-index``            the script asks for a GPU index the machine (or CUDA_VISIBLE_DEVICES)
+                                    does not have: ``cuda:1`` or ``--gpu_ids 1`` on a one-GPU machine
 ``single-device-strategy``          several GPUs registered but the job runs on one: no strategy, the
                                     default strategy, ``OneDeviceStrategy``, a pinned ``tf.device``
 ``memory-held``                     another process, or the framework's up-front reservation, holds the
@@ -74,6 +76,9 @@ _CAUSES = (
     Cause("devices-hidden", "CUDA_VISIBLE_DEVICES or set_visible_devices hides GPUs", "error",
           "Unset CUDA_VISIBLE_DEVICES (or list every GPU) before Python starts, and remove "
           "tf.config.set_visible_devices / os.environ['CUDA_VISIBLE_DEVICES'] narrowing from the script."),
+    Cause("invalid-device-index", "the script asks for a GPU that is not there", "error",
+          "Use an index below torch.cuda.device_count() (`cuda:0` on one GPU), or the LOCAL_RANK a launcher "
+          "sets; check the script's --gpu/--device/gpu_ids options and any cuda:N hard-coded in it."),
     Cause("single-device-strategy", "several GPUs, but the job runs on one", "warning",
           "Create tf.distribute.MirroredStrategy() with no devices= argument (or allgpu.MirroredStrategy()) and "
           "build the model inside strategy.scope(); drop OneDeviceStrategy and pinned tf.device('/GPU:0')."),

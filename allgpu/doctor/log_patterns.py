@@ -85,7 +85,10 @@ PATTERNS: tuple[Pattern, ...] = (
        "PyTorch found no NVIDIA driver"),
     _p("smi-no-driver", r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", "no-driver",
        1.0, "nvidia-smi cannot reach the driver"),
-    _p("libcuda-missing", r"libcuda\.so(?:\.1)?: cannot open shared object file", "no-driver", 1.0,
+    _p("container-no-gpu", r"could not select device driver .{0,12}with capabilities: \[\[gpu\]\]|"
+       r"The NVIDIA Driver was not detected\. +GPU functionality will not be available", "no-driver", 1.0,
+       "the container was started without GPU support (NVIDIA Container Toolkit, --gpus)"),
+    _p("libcuda-missing", r"libcuda\.so\.1: cannot open shared object file", "no-driver", 1.0,
        "the driver library libcuda is missing"),
     _p("nvml-version-mismatch", r"Driver/library version mismatch", "no-driver", 1.0,
        "the loaded kernel driver and its libraries differ (reboot after a driver upgrade)"),
@@ -98,7 +101,7 @@ PATTERNS: tuple[Pattern, ...] = (
        "CUDA sees no device", "no-device"),
     _p("cvd-set", r"CUDA_VISIBLE_DEVICES['\"]?\]?\s*=\s*((['\"]?)[-\d, ]*\2)(?=\s|$|;|&|\))", "devices-hidden", 0,
        "CUDA_VISIBLE_DEVICES set in the run", "cvd"),
-    _p("torch-no-gpus", r"No CUDA GPUs are available|CUDA error: invalid device ordinal", "devices-hidden", 0.6,
+    _p("torch-no-gpus", r"No CUDA GPUs are available", "devices-hidden", 0.6,
        "PyTorch sees no (or fewer) GPUs than the script asks for"),
     _p("torch-cuda-unknown", r"CUDA unknown error - this may be due to an incorrectly set up environment",
        "devices-hidden", 0.5, "CUDA failed to start (often CUDA_VISIBLE_DEVICES changed after start)"),
@@ -108,6 +111,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("tf-dlopen-failed", r"Could not (?:load dynamic library|dlopen library|load library|open) '?"
        r"((?:lib)?[\w+-]+(?:\.so[\w.]*|\.dll))'?", "missing-cuda-libs", 1.0,
        "a CUDA library failed to load", "library"),
+    _p("libcuda-unversioned", r"(?<![\w.])libcuda\.so: cannot open shared object file", "missing-cuda-libs", 0.8,
+       "the unversioned libcuda.so link that cuDNN loads is not on the loader path (libcuda.so.1 may be there)"),
     _p("tf-cannot-dlopen", r"Cannot dlopen some GPU libraries", "missing-cuda-libs", 1.0,
        "TensorFlow skipped the GPUs because CUDA libraries are missing"),
     _p("lib-not-found", r"(lib(?:cudart|cublas|cublasLt|cudnn\w*|cufft|curand|cusolver|cusparse|nvrtc|nvJitLink|"
@@ -153,6 +158,10 @@ PATTERNS: tuple[Pattern, ...] = (
     # --- memory-held --------------------------------------------------------------------------------------------
     _p("cublas-not-init", r"CUBLAS_STATUS_NOT_INITIALIZED|CUBLAS_STATUS_ALLOC_FAILED", "memory-held", 1.0,
        "cuBLAS could not allocate its handle (memory taken)"),
+    _p("cudnn-conv-algorithm", r"Failed to get convolution algorithm\. This is probably because cuDNN failed to "
+       r"initialize", "memory-held", 1.0, "cuDNN could not start (TensorFlow reserved the memory it needs)"),
+    _p("driver-api-oom", r"\bCUDA_ERROR_OUT_OF_MEMORY\b", "memory-held", 0.6,
+       "a CUDA driver call (context creation) found no memory left"),
     _p("cudnn-handle", r"Could not create cudnn handle: CUDNN_STATUS_(?:INTERNAL_ERROR|ALLOC_FAILED|NOT_INITIALIZED)",
        "memory-held", 1.0, "cuDNN could not allocate its handle (memory taken)"),
     _p("ctx-retain-oom", r"cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY|cuCtxCreate.*OUT_OF_MEMORY",
@@ -173,8 +182,10 @@ PATTERNS: tuple[Pattern, ...] = (
        r"(?:Out of memory|Failed to allocate)", "out-of-memory", 1.0, "the allocator ran out of memory"),
     _p("tf-bfc-oom", r"ran out of memory trying to allocate(?!.*not a failure)", "out-of-memory", 1.0,
        "the BFC allocator ran out of memory"),
-    _p("torch-oom", r"CUDA out of memory\. Tried to allocate (.*)", "out-of-memory", 1.0,
+    _p("torch-oom", r"(?:CUDA out of memory\. |^)Tried to allocate (.*)", "out-of-memory", 1.0,
        "PyTorch ran out of GPU memory", "torch-oom"),
+    _p("torch-oom-plain", r"CUDA out of memory(?!\. Tried to allocate)", "out-of-memory", 1.0,
+       "PyTorch ran out of GPU memory"),
     _p("cuda-error-oom", r"CUDA error: out of memory", "out-of-memory", 1.0, "a CUDA call ran out of memory"),
     # --- input-bound --------------------------------------------------------------------------------------------
     _p("lightning-workers", r"does not have many workers which may be a bottleneck", "input-bound", 1.0,
@@ -182,19 +193,35 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("profiler-input-bound", r"(?:HIGHLY|moderately) input-bound|is input-bound because", "input-bound", 1.0,
        "the profiler found the step waiting for input", flags=I),
     # --- nccl-error ---------------------------------------------------------------------------------------------
-    _p("nccl-error", r"NCCL error|nccl\w*Error\b|ncclSystemError|ncclUnhandledCudaError|ncclInternalError|"
-       r"ncclRemoteError|NCCL communicator was aborted", "nccl-error", 1.0, "NCCL failed"),
+    _p("nccl-error", r"NCCL error|NCCL failure|nccl\w*Error\b|ncclSystemError|ncclUnhandledCudaError|"
+       r"ncclInternalError|ncclRemoteError|NCCL communicator was aborted", "nccl-error", 1.0, "NCCL failed", flags=I),
+    _p("nccl-shm", r"Error while creating shared memory segment|Call to (?:posix_fallocate|shm_open) failed",
+       "nccl-error", 1.0, "NCCL could not create its shared-memory segment (/dev/shm too small or not writable)"),
     _p("nccl-missing", r"Distributed package doesn't have NCCL built in|NCCL is not available", "nccl-error", 1.0,
        "this PyTorch build has no NCCL"),
     _p("nccl-warn", r"NCCL WARN", "nccl-error", 0.5, "NCCL warned (alone, not enough: some warnings are benign)"),
     _p("nccl-watchdog", r"Watchdog caught collective operation timeout", "nccl-error", 1.0,
        "a collective hung until the watchdog stopped it"),
+    # --- launch and loader failures ------------------------------------------------------------------------------
+    _p("port-in-use", r"Address already in use|EADDRINUSE|errno: 98\b|failed to listen on any local network address",
+       "port-in-use", 1.0, "the rendezvous port is taken"),
+    _p("no-process-group", r"Default process group (?:has not been|is not) initialized|SyncBatchNorm is only "
+       r"supported within torch\.nn\.parallel\.DistributedDataParallel", "process-group-missing", 1.0,
+       "a distributed call ran in a process outside any process group"),
+    _p("loader-shm", r"DataLoader worker \(pid \d+\) is killed by signal: Bus error|bus error encountered in worker|"
+       r"dataloader's workers are out of shared memory", "dataloader-shm", 1.0,
+       "DataLoader workers ran out of shared memory", flags=I),
+    _p("invalid-ordinal", r"invalid device ordinal", "invalid-device-index", 1.0,
+       "the script asked for a GPU index that does not exist"),
     # --- cpu-build ----------------------------------------------------------------------------------------------
     _p("torch-not-compiled", r"Torch not compiled with CUDA enabled", "cpu-build", 1.0, "PyTorch is a CPU build"),
     _p("jaxlib-no-cuda", r"CUDA-enabled jaxlib is not installed", "cpu-build", 1.0, "jaxlib is a CPU build"),
     _p("jax-fallback-cpu", r"No GPU/TPU found, falling back to CPU", "cpu-build", 0.8,
        "JAX found no GPU backend"),
     _p("torch-cpu-version", r"\b\d+\.\d+\.\d+\+cpu\b", "cpu-build", 0.8, "a +cpu build of PyTorch"),
+    _p("torch-version-cuda", r"torch\.version\.cuda\)?\s*(?:[:=#-]+\s*)?(None)?\s*$", "cpu-build", 0,
+       "PyTorch's CUDA version (None: a CPU build)", "version-cuda"),
+    _p("torch-built-none", r"CUDA used to build PyTorch: None", "cpu-build", 1.0, "PyTorch was built without CUDA"),
     _p("tf-built-with-cuda", r"is_buil[dt]_with_cuda\(\)\)?\s*(?:[:=#-]*\s*)?(False)?", "cpu-build", 0,
        "TensorFlow's CUDA build flag", "built-with-cuda"),
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from allgpu.doctor.log_facts import LogFacts, read_facts
 from allgpu.doctor.log_patterns import PATTERNS, PREFIX, Pattern
 
 _UNIT = {"B": 1 / 2**20, "KB": 1 / 1024, "KiB": 1 / 1024, "MB": 1.0, "MiB": 1.0, "GB": 1024.0, "GiB": 1024.0,
@@ -48,6 +49,8 @@ class LogReading:
             None; ``strategy_gpus`` counts the GPU devices in "Using MirroredStrategy with devices (...)".
         nccl_ranks: ranks NCCL joined, when the log shows "Init COMPLETE".
         cvd: the ``CUDA_VISIBLE_DEVICES`` value the log shows being set, or None.
+        facts: versions, GPU names, ``nvidia-smi`` rows and step timing the log states
+            (:mod:`allgpu.doctor.log_facts`).
     """
 
     lines: int = 0
@@ -60,6 +63,7 @@ class LogReading:
     strategy_gpus: int | None = None
     nccl_ranks: int | None = None
     cvd: str | None = None
+    facts: LogFacts = field(default_factory=LogFacts)
 
     def causes(self) -> list[LogHit]:
         """Hits that point at a cause (weight > 0)."""
@@ -206,9 +210,9 @@ def _hit(pat: Pattern, m: re.Match[str], text: str, lines: list[str], i: int, re
         return None
     if kind == "one-device":
         return ("single-device-strategy", 1.0) if len(reading.registered) >= 2 else None
-    if kind == "built-with-cuda":
+    if kind in ("built-with-cuda", "version-cuda"):
         follow = m.group(1) or next((ln.strip() for ln in lines[i + 1:i + 3] if ln.strip()), "")
-        return ("cpu-build", 1.0) if follow.startswith("False") else None
+        return ("cpu-build", 1.0) if follow.startswith(("False", "None")) else None
     if kind in ("tf-free-memory", "tf-free-memory-next"):
         if kind == "tf-free-memory":
             total, free = _mib(m.group(1), m.group(2)), _mib(m.group(3), m.group(4))
@@ -233,7 +237,7 @@ def read_log(text: str) -> LogReading:
         A :class:`LogReading`; an empty ``hits`` list when no known message appears.
     """
     lines = _ANSI.sub("", text).splitlines()
-    reading = LogReading(lines=len(lines))
+    reading = LogReading(lines=len(lines), facts=read_facts(lines))
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue

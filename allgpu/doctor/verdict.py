@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from allgpu.doctor.causes import CAUSES
+from allgpu.doctor.log_facts import INPUT_SHARE, fact_notes
 from allgpu.doctor.log_patterns import PATTERNS
 from allgpu.doctor.log_reader import LogHit, LogReading
 from allgpu.doctor.problem import Problem
@@ -95,6 +96,7 @@ def _log_scores(log: LogReading) -> _Scores:
         for hit in log.hits:
             if hit.pattern == "one-device-strategy":
                 scores.add("single-device-strategy", 1.0, hit.pattern, _line(hit))
+    _figure_scores(log, scores)
     # TensorFlow tries its CUDA libraries at import even with no driver ("Ignore above cudart dlerror if you do not
     # have a GPU set up"); only past the driver does it say "Cannot dlopen some GPU libraries". With no driver the
     # libraries are not what keeps the GPU idle.
@@ -103,12 +105,27 @@ def _log_scores(log: LogReading) -> _Scores:
     # CUDA_ERROR_NO_DEVICE with no hidden-devices setting and a driver that is missing: the driver, not hiding.
     if scores.score("no-driver") >= 1.0 and log.cvd is None:
         scores.drop("devices-hidden")
-    # JAX's "No GPU/TPU found" is its summary; a reason JAX gave for the CUDA backend wins over it.
-    if any(h.pattern == "jax-backend-failed" and h.cause and h.cause != "cpu-build" for h in log.hits):
+    # JAX's "No GPU/TPU found" is its summary; a reason JAX gave for the CUDA backend, or a failed cuInit (a CPU-only
+    # jaxlib never calls cuInit), wins over it.
+    if any((h.pattern == "jax-backend-failed" and h.cause and h.cause != "cpu-build")
+           or h.pattern in ("cuinit-303", "cuda-no-device") for h in log.hits):
         scores.weights["cpu-build"] = [w for w in scores.weights.get("cpu-build", []) if w[1] != "jax-fallback-cpu"]
         if not scores.weights["cpu-build"]:
             scores.drop("cpu-build")
     return scores
+
+
+def _figure_scores(log: LogReading, scores: _Scores) -> None:
+    """Causes the log's figures show: step time mostly data wait (input-bound); memory held at 0% utilisation (an
+    idle GPU: weak, one nvidia-smi snapshot may fall between steps)."""
+    facts = log.facts
+    if facts.data_share is not None and facts.data_share >= INPUT_SHARE and facts.step_line:
+        line, text = facts.step_line
+        scores.add("input-bound", 1.0, "step-timing",
+                   f"log line {line}: {text[:120]} ({facts.data_share:.0%} of the step waits for data)")
+    for row in facts.idle_gpus():
+        scores.add("input-bound", 0.5, "smi-idle", f"nvidia-smi: GPU {row.index} holds {row.used_mib} MiB at 0% "
+                                                   "utilisation (the job has the GPU but does not compute)")
 
 
 def _findings(scores: _Scores, extra_notes: dict[str, str] | None = None) -> list[Problem]:
@@ -169,7 +186,7 @@ def _log_notes(log: LogReading) -> list[str]:
     if log.strategy_replicas is not None:
         notes.append(f"The strategy runs {log.strategy_replicas} replica(s)"
                      + (f", {log.strategy_gpus} on GPUs." if log.strategy_gpus is not None else "."))
-    return notes
+    return notes + fact_notes(log.facts)
 
 
 def _all_used(present: int | None, registered: int | None, used: int | None) -> bool:
