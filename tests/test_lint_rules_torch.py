@@ -493,3 +493,23 @@ def test_pt007_message_names_the_per_node_guard():
     assert "per-node" in f.message
     (g,) = [f for f in check_source(DDP_HEAD + "torch.save(model.state_dict(), 'm.pt')\n", "t.py") if f.rule_id == "PT007"]
     assert "every rank" in g.message
+
+
+# ---- PT002 / PT010 follow the branch (issue 21) -------------------------------------------------------------------
+def test_pt002_single_process_branches_and_rank_guards_not_reported():
+    head = "import torch\nimport torch.distributed as dist\nimport os\ndist.init_process_group('nccl')\nrank = dist.get_rank()\n"
+    src = head + """
+if args.distributed:
+    torch.cuda.set_device(args.gpu)
+    model = model.cuda(args.gpu)
+else:
+    model = model.to("cuda:0")
+if rank == 0:
+    ref = ref_model.to("cuda:0")
+if args.world_size == 1:
+    os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+device = "cuda:0" if not args.distributed else f"cuda:{rank}"
+"""
+    assert not {"PT002", "PT010"} & ids(src)
+    assert "PT002" in ids(src + "x = y.to('cuda:1')\n")
+    assert "PT002" in ids(src.replace("else:\n    model", "if True:\n    model"))

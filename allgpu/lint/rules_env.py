@@ -6,6 +6,7 @@ import ast
 
 from allgpu.lint.resolve import const_str, literal_text
 from allgpu.lint.rules_tf_device import multi_device_intent
+from allgpu.lint.rules_torch_device import one_process_only
 
 _KEY = "CUDA_VISIBLE_DEVICES"
 
@@ -43,5 +44,5 @@ def check_visible_devices(ctx) -> None:
         return
     for node, value in env_sets(mod):
         text = literal_text(mod, value)
-        if text is not None and narrowed(text):
+        if text is not None and narrowed(text) and not one_process_only(mod, node):
             ctx.emit(rule, node, f"CUDA_VISIBLE_DEVICES set to {text!r} in code: only that GPU is visible")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 
-from allgpu.lint.rank_guard import rankish
+from allgpu.lint.rank_guard import is_job_guard, rankish
 from allgpu.lint.resolve import const_str, kwarg, literal_text
 
 _INDEXED = re.compile(r"^cuda:\d+$")
@@ -82,7 +82,7 @@ def check_pt002(ctx) -> None:
                 text = "cuda"
             elif isinstance(arg, ast.Constant) and type(arg.value) is int:
                 text = f"cuda:{arg.value}"
-        if text is None:
+        if text is None or one_process_only(mod, call):
             continue
         text = text.strip().lower()
         if _INDEXED.match(text) and not (own_gpu_is_0 and text == "cuda:0"):
@@ -91,6 +91,54 @@ def check_pt002(ctx) -> None:
             ctx.emit("PT002", call, "'cuda' without torch.cuda.set_device(local_rank): every rank uses GPU 0")
     if not own_gpu_is_0:
         _check_ddp_device_ids(ctx)
+
+
+_DIST_FLAG = re.compile(r"distributed|ddp|is_initialized|multiprocessing|use_dist|is_dist")
+_WORLD = re.compile(r"world_size|n_?gpus?|num_gpus|gpu_count|nprocs|num_processes|device_count")
+
+
+def _distributed_when(test: ast.expr) -> bool | None:
+    """True when ``test`` holds in the distributed run (``args.distributed``, ``world_size > 1``), False when it
+    holds in the single-process run (``not args.distributed``, ``world_size == 1``), None when it says neither."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _distributed_when(test.operand)
+        return None if inner is None else not inner
+    text = (ast.unparse(test) if hasattr(ast, "unparse") else "").lower()
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and _WORLD.search(text):
+        right = test.comparators[0]
+        if isinstance(right, ast.Constant) and right.value == 1:
+            op = test.ops[0]
+            if isinstance(op, (ast.Gt, ast.NotEq)):
+                return True
+            if isinstance(op, (ast.Eq, ast.LtE)):
+                return False
+        return None
+    if isinstance(test, (ast.Name, ast.Attribute, ast.Call)) and _DIST_FLAG.search(text):
+        return True
+    return None
+
+
+def one_process_only(mod, node: ast.AST) -> bool:
+    """Is ``node`` reached only by one process: the single-process branch of ``if args.distributed: ... else:``
+    (or ``if world_size == 1:``), or under a job rank guard (``if rank == 0:``), where that process's GPU is the
+    one named?"""
+    child = node
+    for anc in mod.ancestors(node):
+        if isinstance(anc, ast.If):
+            when = _distributed_when(anc.test)
+            in_body = any(child is st for st in anc.body)
+            if when is not None and when != in_body:
+                return True
+            if in_body and is_job_guard(anc.test, mod):
+                return True
+        if isinstance(anc, ast.IfExp):
+            when = _distributed_when(anc.test)
+            if when is not None and (child is anc.body) != when and child is not anc.test:
+                return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        child = anc
+    return False
 
 
 def _is_parameter(mod, node: ast.expr | None, at: ast.AST) -> bool:
@@ -108,7 +156,7 @@ def _is_parameter(mod, node: ast.expr | None, at: ast.AST) -> bool:
 def _check_ddp_device_ids(ctx) -> None:
     """``DDP(model, device_ids=[0])``: every rank claims GPU 0."""
     for call, qn in ctx.mod.calls:
-        if qn != "torch.nn.parallel.DistributedDataParallel":
+        if qn != "torch.nn.parallel.DistributedDataParallel" or one_process_only(ctx.mod, call):
             continue
         ids = kwarg(call, "device_ids") or (call.args[1] if len(call.args) > 1 else None)
         if isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1:
