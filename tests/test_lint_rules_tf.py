@@ -475,3 +475,30 @@ def input_fn(files, batch_size=200):
 """
     assert "TF008" in ids(src)
     assert "TF008" not in ids(src.replace(".batch(batch_size)", ".batch(batch_size).prefetch(1)"))
+
+
+def test_tf002_keras_training_under_a_cpu_pin_and_tf001_library_models():
+    cpu = """
+import tensorflow as tf
+with tf.device("/cpu:0"):
+    model = DenseNet121(num_classes=10)
+    model.compile(optimizer="adam", loss="categorical_crossentropy")
+    model.fit(train, epochs=3)
+"""
+    assert "TF002" in ids(cpu)
+    # variables on the CPU, the towers on the GPUs (TF1), or a CPU pin that only prepares data: not reported
+    assert "TF002" not in ids(cpu.replace("model.fit(train, epochs=3)", "x = tf.constant(1)"))
+    lib = HEAD + "import keras_cv\nmodel = keras_cv.models.RetinaNet(classes=20)\nmodel.compile('adam')\nmodel.fit(ds)\n"
+    assert "TF001" in ids(lib)
+    assert "TF001" not in ids(lib.replace("model = keras_cv", "with strategy.scope():\n    model = keras_cv"))
+
+
+def test_tf008_pipeline_from_a_library_loader_seen_by_autotune():
+    src = """
+import tensorflow as tf
+train_ds, info = load_pascal_voc(split="train", batch_size=8)
+train_ds = train_ds.map(unpack, num_parallel_calls=tf.data.AUTOTUNE)
+model.fit(train_ds, epochs=3)
+"""
+    assert "TF008" in ids(src)
+    assert "TF008" not in ids(src.replace("model.fit(train_ds", "train_ds = train_ds.prefetch(2)\nmodel.fit(train_ds"))

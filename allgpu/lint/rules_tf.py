@@ -15,6 +15,10 @@ _KERAS_MODELS = {"keras.Sequential", "keras.Model", "keras.models.Sequential", "
 _TF_MODEL_BASES = {"keras.Model", "keras.Sequential", "keras.models.Model", "keras.layers.Layer", "tensorflow.Module"}
 
 
+# Keras model libraries: ``keras_cv.models.RetinaNet(...)``, ``keras_hub.models.BertClassifier.from_preset(...)``
+_LIBRARY_MODELS = ("keras_cv.models.", "keras_cv.applications.", "keras_hub.models.", "keras_nlp.models.")
+
+
 def _cap(qn: str) -> bool:
     return qn.rsplit(".", 1)[-1][:1].isupper()
 
@@ -27,6 +31,8 @@ def tf_creation(ctx, call: ast.Call) -> str | None:
         if qn in _KERAS_MODELS or (qn.startswith("keras.applications.") and _cap(qn)):
             return "model"
         if qn.startswith("transformers.TF") and qn.endswith("from_pretrained"):
+            return "model"
+        if qn.startswith(_LIBRARY_MODELS) and (_cap(qn) or qn.endswith(".from_preset")):
             return "model"
         if qn.startswith("keras.optimizers.") and "schedules" not in qn and _cap(qn):
             return "optimizer"

@@ -13,6 +13,7 @@ import re
 from allgpu.lint.resolve import const_str, iter_body_nodes, kwarg
 
 _SINGLE_GPU = re.compile(r"^(/?job:[^/]+(/replica:\d+)?(/task:\d+)?)?/?(device:)?(gpu|cuda):\d+$")
+_CPU = re.compile(r"^(/?job:[^/]+(/replica:\d+)?(/task:\d+)?)?/?(device:)?cpu:0$")
 _INTENT_NAMES = {"num_gpus", "n_gpus", "ngpus", "gpu_count", "num_devices", "n_devices", "n_gpu", "num_gpu"}
 _ANY_GPU = re.compile(r"""(gpu|GPU|cuda):\s*(\d+)""")
 
@@ -36,12 +37,18 @@ def check_tf002(ctx) -> None:
             continue
         dev = const_str(call.args[0])
         item = mod.parent.get(id(call))
-        if dev is None or not _SINGLE_GPU.match(dev.strip().lower()) or not isinstance(item, ast.withitem):
+        if dev is None or not isinstance(item, ast.withitem):
             continue
         with_node = mod.parent[id(item)]
         inner = [n for n in iter_body_nodes(with_node.body)
                  if isinstance(n, ast.Call) and mod.qualname(n.func) == "tensorflow.device"]
         if inner:  # per-tower placement inside: the TF1 multi-tower pattern
+            continue
+        if _CPU.match(dev.strip().lower()):
+            if facts.features(with_node.body, with_node) & {"fit"}:  # Keras training under a CPU pin
+                ctx.emit("TF002", call, f"model trained under tf.device({dev!r}): every GPU stays idle")
+            continue
+        if not _SINGLE_GPU.match(dev.strip().lower()):
             continue
         if intent and facts.features(with_node.body, with_node) & {"fit", "tape", "apply"}:
             ctx.emit("TF002", call, f"training pinned to {dev!r} with tf.device(): the other GPUs stay idle")

@@ -58,7 +58,8 @@ def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
         if is_tfdata_root(mod.qualname(f)):
             return "tfdata"
         if isinstance(f, ast.Attribute) and f.attr in _TFDATA_METHODS:
-            return classify(mod, f.value, depth + 1)
+            inner = classify(mod, f.value, depth + 1)
+            return inner if inner is not None or not _autotuned(mod, expr) else "tfdata"
         results = set()
         for fn in mod.local_functions(f):
             for node in iter_body_nodes(fn.body):
@@ -73,6 +74,13 @@ def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
             return None
         return _merge({classify(mod, v, depth + 1) for v in values[:8] if v is not expr})
     return None
+
+
+def _autotuned(mod: Module, call: ast.Call) -> bool:
+    """A Dataset method given ``tf.data.AUTOTUNE``: whatever it is called on is a tf.data pipeline."""
+    return any(isinstance(n, ast.Attribute) and n.attr == "AUTOTUNE"
+               and (mod.qualname(n) or "").startswith("tensorflow.data")
+               for a in (*call.args, *(k.value for k in call.keywords)) for n in ast.walk(a))
 
 
 def _merge(results: set) -> str | None:
@@ -97,6 +105,8 @@ def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None
             return [expr], set()
         if isinstance(f, ast.Attribute) and f.attr in _TFDATA_METHODS:
             roots, methods = pipeline(mod, f.value, depth + 1, seen)
+            if not roots and _autotuned(mod, expr):  # ``ds.map(f, num_parallel_calls=tf.data.AUTOTUNE)``
+                roots = [expr]  # made by a call we cannot read (a library loader): this is its first known step
             return roots, methods | {f.attr}
         roots, methods = [], set()
         for fn in mod.local_functions(f):
