@@ -1,0 +1,94 @@
+"""The engine tier, Ray Train: a local Ray cluster (``ray.init(num_cpus=...)``, started once for the module) runs
+docs/engines/ray.md's function in a ``TorchTrainer``: 2 CPU workers end with one worker's parameters under
+MultiWorkerMirroredStrategy and FullyShardedStrategy (which adopt Ray's process group), and a worker killed
+mid-run (``FailureConfig(max_failures=1)``) resumes from the checkpoint reported to Ray, exactly."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.engine_tier import REPO, doc_blocks, require
+
+pytestmark = [pytest.mark.engines, pytest.mark.timeout(400)]
+
+
+class KillOnce:
+    """Replica 1 SIGKILLs itself at its 13th batch (epoch 2) of the first attempt (a marker file says it happened)."""
+
+    def __init__(self, marker: str):
+        self.marker, self.batches = marker, 0
+
+    def on_train_begin(self, logs): ...
+    def on_epoch_begin(self, epoch, logs): ...
+    def on_epoch_end(self, epoch, logs): ...
+    def on_train_end(self, logs): ...
+
+    def on_train_batch_end(self, step, logs):
+        self.batches += 1
+        if self.batches == 13 and os.environ.get("RANK") == "1" and not os.path.exists(self.marker):
+            Path(self.marker).write_text("killed")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    try:
+        import ray
+        from ray.train.torch import TorchTrainer  # noqa: F401
+    except ImportError as exc:
+        require(False, f"ray[train] is not installed ({exc}); make install adds the ray extra")
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}})
+    yield ray
+    ray.shutdown()
+
+
+def _doc_function():
+    namespace = {"__name__": "ray_train_doc"}
+    exec(compile(doc_blocks("ray.md", "python")[0], "docs/engines/ray.md", "exec"), namespace)
+    return namespace["train_loop_per_worker"]
+
+
+def _fit(tmp_path, name, workers, **config):
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    out = tmp_path / f"{name}.pt"
+    trainer = TorchTrainer(_doc_function(), train_loop_config={"out": str(out), **config},
+                           scaling_config=ScalingConfig(num_workers=workers, use_gpu=False),
+                           run_config=RunConfig(name=name, storage_path=str(tmp_path / "ray"),
+                                                failure_config=FailureConfig(max_failures=1)))
+    result = trainer.fit()
+    assert result.error is None, result.error
+    return torch.load(out, weights_only=True), result
+
+
+@pytest.fixture(scope="module")
+def one_worker(ray_cluster, tmp_path_factory):
+    """One Ray worker's parameters: the reference every 2-worker run is compared with."""
+    return _fit(tmp_path_factory.mktemp("one"), "one", 1)[0]
+
+
+def test_two_ray_workers_equal_one_and_a_killed_worker_resumes_exactly(one_worker, tmp_path):
+    one = one_worker
+    two, _ = _fit(tmp_path, "two", 2)
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-6)
+    marker = tmp_path / "killed.txt"
+    resumed, result = _fit(tmp_path, "killed", 2, strategy="MirroredStrategy", callbacks=[KillOnce(str(marker))])
+    assert marker.exists(), "no worker was killed"
+    assert result.checkpoint is not None
+    for key in two:
+        assert torch.equal(resumed[key], two[key]), (key, (resumed[key] - two[key]).abs().max())
+
+
+def test_fully_sharded_adopts_rays_process_group(one_worker, tmp_path):
+    one = one_worker
+    sharded, _ = _fit(tmp_path, "sharded", 2, strategy="FullyShardedStrategy")
+    for key in one:
+        torch.testing.assert_close(sharded[key], one[key], rtol=1e-4, atol=1e-6)
