@@ -12,7 +12,11 @@ outside the repository (``$ALLGPU_DOCTOR_LOG_CACHE``, default ``~/.cache/allgpu/
 open each thread at its URL, copy the comment named in ``log_in`` and check the sha256 with ``verify``.
 
     python benchmarks/doctor_log_cache.py verify            # every case present and matching its sha256
-    python benchmarks/doctor_log_cache.py add STAGE_DIR     # (collector) stage files -> cache + jsonl rows
+    python benchmarks/doctor_log_cache.py add STAGE_DIR [--round N]  # (collector) stage files -> cache + rows
+
+Rounds: round 1 was split by thread into tuning and held-out halves; its held-out figure was recorded, then its
+misses were tuned on too (docs/doctor.md keeps the figure). Every later round is collected after the rules are
+frozen and is held out whole: its logs are never run through the doctor before the evaluation that reports them.
 
 A stage file is ``key: value`` lines (repo, issue, log_in, cause, settled_by, settled_ref), a ``---`` line, then
 the log text exactly as pasted.
@@ -91,7 +95,7 @@ def _parse_stage(path: Path) -> tuple[dict, str]:
     return meta, text
 
 
-def add(stage: Path, path: Path = REFERENCES) -> int:
+def add(stage: Path, path: Path = REFERENCES, round_: int = 1) -> int:
     """Stage files -> cache texts + jsonl rows (rows already present keep their place). Returns rows added."""
     rows = references(path) if path.exists() else []
     known = {r["id"] for r in rows}
@@ -108,7 +112,8 @@ def add(stage: Path, path: Path = REFERENCES) -> int:
         rows.append({"id": case_id, "repo": meta["repo"], "issue": issue,
                      "url": f"https://github.com/{meta['repo']}/issues/{issue}", "log_in": meta["log_in"],
                      "cause": meta["cause"], "settled_by": meta["settled_by"], "settled_ref": meta["settled_ref"],
-                     "sha256": sha256(text), "split": split_of(meta["repo"], issue)})
+                     "sha256": sha256(text), "round": round_,
+                     "split": split_of(meta["repo"], issue) if round_ == 1 else "held-out"})
         added += 1
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return added
@@ -120,9 +125,10 @@ def main() -> int:
     sub.add_parser("verify")
     a = sub.add_parser("add")
     a.add_argument("stage", type=Path)
+    a.add_argument("--round", type=int, default=1)
     args = parser.parse_args()
     if args.cmd == "add":
-        print(f"{add(args.stage)} rows added")
+        print(f"{add(args.stage, round_=args.round)} rows added")
         return 0
     try:
         texts = load(references())

@@ -3,14 +3,16 @@
 Ground truth (``benchmarks/doctor_logs/real_threads.jsonl``): per log, the thread (repository, issue), which comment
 holds the log, the cause the thread settled (a maintainer's or answerer's reply, or the user confirming a fix),
 who settled it with a short quote reference, and the sha256 of the pasted text. The texts are read from a cache
-outside the repository (:mod:`doctor_log_cache`; never committed). The threads were split once at random by
-thread (a salted hash) into a tuning half, the only one looked at while changing patterns, and a held-out half.
+outside the repository (:mod:`doctor_log_cache`; never committed). Round 1 (150 logs) was split once at random by
+thread (a salted hash) into a tuning half and a held-out half; the held-out half scored 0.872 (68/78) before its
+misses were looked at, and was tuned on afterwards, so round 1 now counts as tuning data. Later rounds were
+collected after the patterns were frozen and are held out whole: "held-out" below is those rounds only.
 
 Top-1: the first cause the verdict names equals the settled cause. A log the doctor names no cause for counts as a
 miss. The interval is Wilson's 95% score interval. Logs we wrote ourselves are unit-test fixtures and never count.
 
-    python benchmarks/doctor_log_eval.py                   # both halves; held-out misses listed
-    python benchmarks/doctor_log_eval.py --misses tuning   # list the tuning half's misses instead (while tuning)
+    python benchmarks/doctor_log_eval.py                   # held-out (round >= 2) and tuned-on (round 1); held-out misses
+    python benchmarks/doctor_log_eval.py --misses tuned-on # list the tuning data's misses instead (while tuning)
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def score(rows: list[dict], texts: dict[str, str]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--misses", choices=("held-out", "tuning", "all", "none"), default="held-out")
+    parser.add_argument("--misses", choices=("held-out", "tuned-on", "all", "none"), default="held-out")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = references()
@@ -67,11 +69,13 @@ def main() -> int:
     except CacheError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    results = {half: score([r for r in rows if r["split"] == half], texts) for half in ("held-out", "tuning")}
+    groups = {"held-out": [r for r in rows if r.get("round", 1) >= 2],
+              "tuned-on": [r for r in rows if r.get("round", 1) == 1]}
+    results = {half: score(group, texts) for half, group in groups.items()}
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    print(f"{'half':9} {'logs':>4} {'top-1':>6}  Wilson 95%     threads from {len({r['repo'] for r in rows})} "
+    print(f"{'set':9} {'logs':>4} {'top-1':>6}  Wilson 95%     threads from {len({r['repo'] for r in rows})} "
           f"repositories, {len(rows)} real pastes")
     for half, r in results.items():
         print(f"{half:9} {r['logs']:4d} {r['top1']:6.3f}  [{r['wilson95'][0]:.3f}, {r['wilson95'][1]:.3f}]")

@@ -57,7 +57,8 @@ class Cause:
 _CAUSES = (
     Cause("no-driver", "no usable NVIDIA driver", "error",
           "Install the NVIDIA driver and check `nvidia-smi`; in a container start it with GPUs "
-          "(`docker run --gpus all`, NVIDIA Container Toolkit); after a driver upgrade, reboot."),
+          "(`docker run --gpus all`, NVIDIA Container Toolkit); after a driver upgrade, reboot; after a suspend, reload "
+          "the driver's modules (`sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm`) or reboot."),
     Cause("cpu-build", "the framework is a CPU-only build", "error",
           "Install a CUDA build: `pip install tensorflow[and-cuda]` (Linux/WSL2; uninstall tensorflow-cpu first), "
           "`pip install -U \"jax[cuda12]\"`, or torch from https://pytorch.org/get-started/locally/. TensorFlow "

@@ -104,7 +104,9 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("torch-no-gpus", r"No CUDA GPUs are available", "devices-hidden", 0.6,
        "PyTorch sees no (or fewer) GPUs than the script asks for"),
     _p("torch-cuda-unknown", r"CUDA unknown error - this may be due to an incorrectly set up environment",
-       "devices-hidden", 0.5, "CUDA failed to start (often CUDA_VISIBLE_DEVICES changed after start)"),
+       "no-driver", 0.6, "CUDA failed to start with an unknown error (a driver left unusable, e.g. after suspend)"),
+    _p("cuda-error-30", r"\(30 vs\. 0\)\s*unknown error|failed with error #30\b|cudaErrorUnknown\b", "no-driver", 0.6,
+       "the CUDA runtime failed with an unknown error (error 30): the driver is not usable here"),
     _p("tf-set-visible-empty", r"set_visible_devices\(\s*\[\s*\]", "devices-hidden", 1.0,
        "tf.config.set_visible_devices([]) hides every GPU"),
     # --- missing-cuda-libs --------------------------------------------------------------------------------------
@@ -156,8 +158,11 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("one-device-strategy", r"OneDeviceStrategy", "single-device-strategy", 0, "OneDeviceStrategy in use",
        "one-device"),
     # --- memory-held --------------------------------------------------------------------------------------------
-    _p("cublas-not-init", r"CUBLAS_STATUS_NOT_INITIALIZED|CUBLAS_STATUS_ALLOC_FAILED", "memory-held", 1.0,
-       "cuBLAS could not allocate its handle (memory taken)"),
+    _p("torch-cublas-create", r"CUBLAS_STATUS_(?:NOT_INITIALIZED|ALLOC_FAILED) when calling `?cublasCreate|"
+       r"Create cublas handle failed", "out-of-memory", 1.0,
+       "cuBLAS found no memory for its handle while the job's tensors filled the GPU"),
+    _p("cublas-not-init", r"CUBLAS_STATUS_NOT_INITIALIZED(?! when calling)|CUBLAS_STATUS_ALLOC_FAILED(?! when calling)",
+       "memory-held", 1.0, "cuBLAS could not allocate its handle (memory taken)"),
     _p("cudnn-conv-algorithm", r"Failed to get convolution algorithm\. This is probably because cuDNN failed to "
        r"initialize", "memory-held", 1.0, "cuDNN could not start (TensorFlow reserved the memory it needs)"),
     _p("driver-api-oom", r"\bCUDA_ERROR_OUT_OF_MEMORY\b", "memory-held", 0.6,
@@ -195,6 +200,9 @@ PATTERNS: tuple[Pattern, ...] = (
     # --- nccl-error ---------------------------------------------------------------------------------------------
     _p("nccl-error", r"NCCL error|NCCL failure|nccl\w*Error\b|ncclSystemError|ncclUnhandledCudaError|"
        r"ncclInternalError|ncclRemoteError|NCCL communicator was aborted", "nccl-error", 1.0, "NCCL failed", flags=I),
+    _p("nccl-socket", r"WARN (?:Net : )?(?:Socket creation failed|Call to connect (?:failed|timeout|returned)|"
+       r"Connect to \S+ failed|Call to (?:recv|write) failed)", "nccl-error", 1.0,
+       "NCCL could not open or keep a socket between ranks (interface, firewall, IPv4/IPv6)"),
     _p("nccl-shm", r"Error while creating shared memory segment|Call to (?:posix_fallocate|shm_open) failed",
        "nccl-error", 1.0, "NCCL could not create its shared-memory segment (/dev/shm too small or not writable)"),
     _p("nccl-missing", r"Distributed package doesn't have NCCL built in|NCCL is not available", "nccl-error", 1.0,
@@ -208,7 +216,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("no-process-group", r"Default process group (?:has not been|is not) initialized|SyncBatchNorm is only "
        r"supported within torch\.nn\.parallel\.DistributedDataParallel", "process-group-missing", 1.0,
        "a distributed call ran in a process outside any process group"),
-    _p("loader-shm", r"DataLoader worker \(pid \d+\) is killed by signal: Bus error|bus error encountered in worker|"
+    _p("loader-shm", r"DataLoader worker \(pid \d+\) is killed by signal: Bus\b|bus error encountered in worker|"
        r"dataloader's workers are out of shared memory", "dataloader-shm", 1.0,
        "DataLoader workers ran out of shared memory", flags=I),
     _p("invalid-ordinal", r"invalid device ordinal", "invalid-device-index", 1.0,
@@ -222,6 +230,6 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("torch-version-cuda", r"torch\.version\.cuda\)?\s*(?:[:=#-]+\s*)?(None)?\s*$", "cpu-build", 0,
        "PyTorch's CUDA version (None: a CPU build)", "version-cuda"),
     _p("torch-built-none", r"CUDA used to build PyTorch: None", "cpu-build", 1.0, "PyTorch was built without CUDA"),
-    _p("tf-built-with-cuda", r"is_buil[dt]_with_cuda\(\)\)?\s*(?:[:=#-]*\s*)?(False)?", "cpu-build", 0,
+    _p("tf-built-with-cuda", r"is_buil[dt]_with_cuda\(\)\)?\s*(?:[:=#-]*\s*)?((?i:False))?", "cpu-build", 0,
        "TensorFlow's CUDA build flag", "built-with-cuda"),
 )

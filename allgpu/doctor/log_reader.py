@@ -19,6 +19,8 @@ _UNIT = {"B": 1 / 2**20, "KB": 1 / 1024, "KiB": 1 / 1024, "MB": 1.0, "MiB": 1.0,
 _OPTIONAL_LIBS = ("libnvinfer", "nvinfer", "libtpu")
 _DRIVER_LIBS = ("libcuda.so", "nvcuda.dll", "libnvidia-ml")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colour codes in captured terminal output
+# Quotes that a browser or editor retyped in a pasted message ("couldn‘t communicate").
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 # Memory others hold, as a fraction of the GPU, past which an out-of-memory is blamed on them.
 HELD_FRACTION = 0.5
 
@@ -212,7 +214,7 @@ def _hit(pat: Pattern, m: re.Match[str], text: str, lines: list[str], i: int, re
         return ("single-device-strategy", 1.0) if len(reading.registered) >= 2 else None
     if kind in ("built-with-cuda", "version-cuda"):
         follow = m.group(1) or next((ln.strip() for ln in lines[i + 1:i + 3] if ln.strip()), "")
-        return ("cpu-build", 1.0) if follow.startswith(("False", "None")) else None
+        return ("cpu-build", 1.0) if follow.lower().startswith(("false", "none")) else None
     if kind in ("tf-free-memory", "tf-free-memory-next"):
         if kind == "tf-free-memory":
             total, free = _mib(m.group(1), m.group(2)), _mib(m.group(3), m.group(4))
@@ -236,7 +238,7 @@ def read_log(text: str) -> LogReading:
     Returns:
         A :class:`LogReading`; an empty ``hits`` list when no known message appears.
     """
-    lines = _ANSI.sub("", text).splitlines()
+    lines = _ANSI.sub("", text).translate(_QUOTES).splitlines()
     reading = LogReading(lines=len(lines), facts=read_facts(lines))
     for i, raw in enumerate(lines):
         if not raw.strip():
