@@ -513,3 +513,17 @@ device = "cuda:0" if not args.distributed else f"cuda:{rank}"
     assert not {"PT002", "PT010"} & ids(src)
     assert "PT002" in ids(src + "x = y.to('cuda:1')\n")
     assert "PT002" in ids(src.replace("else:\n    model", "if True:\n    model"))
+
+
+def test_pt005_pt003_read_through_kwargs_dicts():
+    head = ("import torch\nimport torch.distributed as dist\nfrom torch.utils.data import DataLoader\n"
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "dist.init_process_group('nccl')\nmodel = DDP(net)\n")
+    loop = "for x, y in loader:\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n"
+    plain = head + "kw = {'batch_size': 64, 'shuffle': True}\nloader = DataLoader(ds, **kw)\n" + loop
+    assert {"PT003", "PT005"} <= ids(plain)
+    fine = head + ("kw = dict(batch_size=64, num_workers=4, sampler=DistributedSampler(ds))\n"
+                   "loader = DataLoader(ds, **kw)\n" + loop)
+    assert not {"PT003", "PT005"} & ids(fine)
+    unknown = head + "def make(ds, **kw):\n    return DataLoader(ds, **kw)\nloader = make(ds)\n" + loop
+    assert not {"PT003", "PT005"} & ids(unknown)

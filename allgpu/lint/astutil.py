@@ -60,3 +60,44 @@ def literal_text(mod, node: ast.expr | None) -> str | None:
         if values and len(texts) == 1 and None not in texts:
             return texts.pop()
     return None
+
+
+def star_kwarg(mod, call: ast.Call, name: str) -> tuple[ast.expr | None, bool]:
+    """``(value, known)``: keyword ``name`` of ``call``, given directly or through ``**d`` where ``d`` is a dict
+    literal or ``dict(...)`` the file builds (and fills with ``d['name'] = v``). ``known`` is False when some
+    ``**x`` cannot be read (a parameter, a dict changed by ``.update``): then nothing can be said."""
+    direct = kwarg(call, name)
+    if direct is not None:
+        return direct, True
+    found, known = None, True
+    for kw in call.keywords:
+        if kw.arg is not None:
+            continue
+        key = dotted(kw.value)
+        values = mod.values_of(kw.value) if key else [kw.value]
+        if not values or (key and key + ".update" in _called(mod)):
+            known = False
+            continue
+        for val in values:
+            if isinstance(val, ast.Dict):
+                for k, v in zip(val.keys, val.values):
+                    if k is None or not isinstance(k, ast.Constant):
+                        known = False
+                    elif k.value == name:
+                        found = v
+            elif isinstance(val, ast.Call) and dotted(val.func) == "dict" and not val.args:
+                found = kwarg(val, name) or found
+                known = known and not has_star_kwargs(val)
+            else:
+                known = False
+        for target, value in mod.subscript_assigns:
+            if key and dotted(target.value) == key and const_str(target.slice) == name:
+                found = value
+    return found, known
+
+
+def _called(mod) -> set[str]:
+    cache = mod.__dict__.get("_astutil_called")
+    if cache is None:
+        cache = mod.__dict__["_astutil_called"] = {d for c, _ in mod.calls if (d := dotted(c.func))}
+    return cache

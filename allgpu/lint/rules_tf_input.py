@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from allgpu.lint import tfdata
+from allgpu.lint.astutil import star_kwarg
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg
 
 
@@ -88,28 +89,11 @@ def check_tf007(ctx) -> None:
         else:
             continue
         if arg is None and f.attr == "fit":
-            arg = _star_kwarg(mod, call, "batch_size")
+            arg = star_kwarg(mod, call, "batch_size")[0]
         for size, node, note in _fixed_batches(mod, call, arg):
             if not _named_global(arg) and dotted(arg) not in _rescaled_names(mod):
                 ctx.emit("TF007", node, f"batch size {size}{note} is fixed: with N replicas each GPU gets "
                                         f"{size}/N; scale it by strategy.num_replicas_in_sync")
-
-
-def _star_kwarg(mod, call: ast.Call, name: str) -> ast.expr | None:
-    """``fit(**kw)`` with ``kw = {'batch_size': 64}`` or ``dict(batch_size=64)``: the value given for ``name``."""
-    for kw in call.keywords:
-        if kw.arg is not None:
-            continue
-        for val in (mod.values_of(kw.value) if isinstance(kw.value, ast.Name) else [kw.value]):
-            if isinstance(val, ast.Dict):
-                for k, v in zip(val.keys, val.values):
-                    if isinstance(k, ast.Constant) and k.value == name:
-                        return v
-            elif isinstance(val, ast.Call) and dotted(val.func) == "dict":
-                found = kwarg(val, name)
-                if found is not None:
-                    return found
-    return None
 
 
 def _fixed_batches(mod, call: ast.Call, arg: ast.expr | None):

@@ -12,6 +12,7 @@ import re
 from allgpu.lint import tfdata, torch_train
 from allgpu.lint.rank_guard import guarded, node_guarded, rankish
 from allgpu.lint.rules_torch_device import INIT_HELPER, check_pt002  # noqa: F401  (the checker finds PT002 here)
+from allgpu.lint.astutil import star_kwarg
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg, literal_text
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "replicate")
@@ -146,9 +147,11 @@ def check_pt003(ctx) -> None:
     if not ctx.torch.wrapped:
         return
     for call, _ in _loader_calls(mod):
-        if has_star_kwargs(call):
+        sampler, known = star_kwarg(mod, call, "sampler")
+        batch_sampler, known_b = star_kwarg(mod, call, "batch_sampler")
+        if not (known and known_b):
             continue
-        sampler = kwarg(call, "sampler") or kwarg(call, "batch_sampler") or (call.args[3] if len(call.args) > 3 else None)
+        sampler = sampler or batch_sampler or (call.args[3] if len(call.args) > 3 else None)
         if isinstance(sampler, ast.Constant) and sampler.value is None:
             sampler = None  # ``sampler=None`` is no sampler at all
         if sampler is not None:
@@ -159,7 +162,7 @@ def check_pt003(ctx) -> None:
         cls = mod.local_class(ds.func) if isinstance(ds, ast.Call) else None
         if cls is not None and any("IterableDataset" in b for b in mod.class_bases(cls)):
             continue  # an iterable dataset shards itself
-        shuffle = kwarg(call, "shuffle")
+        shuffle = star_kwarg(mod, call, "shuffle")[0]
         parent = mod.parent.get(id(call))
         names = [dotted(t) for t in parent.targets] if isinstance(parent, ast.Assign) else []
         shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True
@@ -213,9 +216,9 @@ def check_pt005(ctx) -> None:
     if not facts.file_features & {"backward", "optstep"} and "fit" not in mod.attrs:
         return
     for call, _ in _loader_calls(mod):
-        if has_star_kwargs(call):
+        workers, known = star_kwarg(mod, call, "num_workers")
+        if not known:
             continue
-        workers = kwarg(call, "num_workers")
         if workers is None and len(call.args) > 6:
             workers = call.args[6]
         if workers is None or literal_text(mod, workers) == "0":
