@@ -502,3 +502,23 @@ model.fit(train_ds, epochs=3)
 """
     assert "TF008" in ids(src)
     assert "TF008" not in ids(src.replace("model.fit(train_ds", "train_ds = train_ds.prefetch(2)\nmodel.fit(train_ds"))
+
+
+def test_tf008_pipeline_returned_in_a_tuple_and_unpacked():
+    src = """
+import tensorflow as tf
+def load():
+    train = tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=4)
+    val = tf.data.TFRecordDataset(vfiles).map(parse, num_parallel_calls=4)
+    return train.batch(64), val.batch(64).prefetch(1)
+train_ds, val_ds = load()
+model.fit(train_ds, validation_data=val_ds)
+"""
+    found = [f.line for f in check_lines(src) if f.rule_id == "TF008"]
+    assert found == [4]
+    assert "TF008" not in ids(src.replace("train.batch(64),", "train.batch(64).prefetch(1),"))
+
+
+def check_lines(src):
+    from allgpu.lint import check_source
+    return check_source(src, "t.py")

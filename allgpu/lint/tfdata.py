@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from allgpu.lint.facts import DISTRIBUTE_ATTRS
-from allgpu.lint.resolve import Module, iter_body_nodes
+from allgpu.lint.resolve import Module, dotted, iter_body_nodes
 
 _TFDATA_METHODS = frozenset({
     "batch", "map", "shuffle", "prefetch", "repeat", "take", "skip", "cache", "filter", "padded_batch",
@@ -60,19 +60,45 @@ def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
         if isinstance(f, ast.Attribute) and f.attr in _TFDATA_METHODS:
             inner = classify(mod, f.value, depth + 1)
             return inner if inner is not None or not _autotuned(mod, expr) else "tfdata"
-        results = set()
-        for fn in mod.local_functions(f):
-            for node in iter_body_nodes(fn.body):
-                if isinstance(node, ast.Return) and node.value is not None:
-                    results.add(classify(mod, node.value, depth + 1))
+        results = {classify(mod, r, depth + 1) for r in _returned(mod, expr)}
         return _merge(results)
     if isinstance(expr, ast.Subscript):  # ``tfds.load(...)["train"]``, ``datasets["train"]``
         return classify(mod, expr.value, depth + 1)
     if isinstance(expr, (ast.Name, ast.Attribute)):
-        values = mod.values_of(expr)
+        values = [_unpacked_from(mod, expr, v) or v for v in mod.values_of(expr)[:8]]
         if not values:
             return None
-        return _merge({classify(mod, v, depth + 1) for v in values[:8] if v is not expr})
+        return _merge({classify(mod, v, depth + 1) for v in values if v is not expr})
+    return None
+
+
+def _returned(mod: Module, call: ast.Call, index: int | None = None) -> list[ast.expr]:
+    """What the local function ``call`` calls returns; when it returns a tuple, element ``index`` (the caller
+    unpacked it: ``a, b = f()``), nothing when the index is unknown."""
+    out = []
+    for fn in mod.local_functions(call.func):
+        for node in iter_body_nodes(fn.body):
+            if isinstance(node, ast.Return) and node.value is not None:
+                v = node.value
+                if not isinstance(v, ast.Tuple):
+                    out.append(v)
+                elif index is not None and index < len(v.elts):
+                    out.append(v.elts[index])
+    return out
+
+
+def _unpacked_from(mod: Module, name: ast.expr, value: ast.expr) -> ast.expr | None:
+    """For ``a, b = f()`` followed from ``a``: the element of ``f``'s returned tuple that ``a`` receives."""
+    st = mod.parent.get(id(value))
+    key = dotted(name)
+    if not isinstance(value, ast.Call) or not isinstance(st, ast.Assign) or st.value is not value:
+        return None
+    for t in st.targets:
+        if isinstance(t, (ast.Tuple, ast.List)):
+            for k, e in enumerate(t.elts):
+                if dotted(e) == key:
+                    rets = _returned(mod, value, k)
+                    return rets[0] if len(rets) == 1 else None
     return None
 
 
@@ -109,18 +135,16 @@ def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None
                 roots = [expr]  # made by a call we cannot read (a library loader): this is its first known step
             return roots, methods | {f.attr}
         roots, methods = [], set()
-        for fn in mod.local_functions(f):
-            for node in iter_body_nodes(fn.body):
-                if isinstance(node, ast.Return) and node.value is not None:
-                    r, m = pipeline(mod, node.value, depth + 1, seen)
-                    roots, methods = roots + r, methods | m
+        for ret in _returned(mod, expr):
+            r, m = pipeline(mod, ret, depth + 1, seen)
+            roots, methods = roots + r, methods | m
         return roots, methods
     if isinstance(expr, ast.Subscript):
         return pipeline(mod, expr.value, depth + 1, seen)
     if isinstance(expr, (ast.Name, ast.Attribute)):
         roots, methods = [], set()
         for v in mod.values_of(expr)[:8]:
-            r, m = pipeline(mod, v, depth + 1, seen)
+            r, m = pipeline(mod, _unpacked_from(mod, expr, v) or v, depth + 1, seen)
             roots, methods = roots + r, methods | m
         return roots, methods
     return [], set()
