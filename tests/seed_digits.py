@@ -23,7 +23,13 @@ def load_data():
     return (images[:N_TRAIN], labels[:N_TRAIN]), (images[N_TRAIN:], labels[N_TRAIN:])
 
 
-def held_out():
-    """The held-out digits, flattened and scaled as the seeds scale MNIST: ``(x (360, 784) float32, y (360,))``."""
+def held_out(features: int = 784):
+    """The held-out digits, flattened and scaled: ``(x (360, features) float32, y (360,))``; 784 features as the
+    seeds scale MNIST (/255), 64 as scikit-learn's 8x8 digits (/16, tests/migrate_cases)."""
+    if features == 64:
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        return (digits.data[N_TRAIN:] / 16.0).astype("float32"), digits.target[N_TRAIN:]
     _, (x, y) = load_data()
     return x.reshape(-1, 784).astype("float32") / 255, y

@@ -1,5 +1,6 @@
 """`allgpu migrate` on small snippets: what it rewrites, what it reports (with the line and why), the file it writes."""
 
+import importlib.util
 import os
 import textwrap
 
@@ -282,3 +283,28 @@ def test_an_interrupted_write_leaves_the_original_whole(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         migrate_file(script, write=True)
     assert script.read_text() == original and list(tmp_path.iterdir()) == [script]
+
+
+def test_keras2_names_are_checked_against_the_installed_keras3():
+    if importlib.util.find_spec("keras") is None:
+        pytest.skip("keras is not installed: nothing to check the names against")
+    m = _migrate("""\
+        import tensorflow as tf
+        loss = tf.keras.losses.MeanSquaredError(reduction=tf.keras.losses.Reduction.NONE)
+        gen = tf.keras.preprocessing.image.ImageDataGenerator(rescale=1 / 255)
+        creator = tf.keras.utils.experimental.DatasetCreator(fn)
+        """)
+    assert 'keras.losses.MeanSquaredError(reduction="none")' in m.result
+    assert [line for line, _ in _kinds(m, NOT_CONVERTED)] == [3, 4]
+    assert "tf.keras.utils.experimental.DatasetCreator(fn)" in m.result  # left as it is, not a failing keras name
+
+
+def test_compute_average_loss_by_keyword_only():
+    m = _migrate("""\
+        import tensorflow as tf
+        a = tf.nn.compute_average_loss(per_example, global_batch_size=64)
+        b = tf.nn.compute_average_loss(per_example, weights, 64)
+        """)
+    assert "a = allgpu.compute_average_loss(per_example, global_batch_size=64)" in m.result
+    assert "b = tf.nn.compute_average_loss(per_example, weights, 64)" in m.result
+    assert [line for line, _ in _kinds(m, NOT_CONVERTED)] == [3] and not any(n[0] == 3 for n in _kinds(m, CHANGED))

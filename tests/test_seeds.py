@@ -20,6 +20,10 @@ same weights, and a digits classifier reaches a sensible held-out accuracy (>= 0
 no training in the example: it runs on both replica counts, with the same initial weights. The two mistake
 examples (000.2, 001.3: the model built outside ``strategy.scope()``) are fixed by migrate (``fixed`` note); the
 same 000.2 with the fix taken out must stop with ``NotMirroredError`` naming the fix.
+
+Beside the seeds, the same runner trains TensorFlow scripts written for these tests in the shapes of TensorFlow's
+own guides (tests/migrate_cases: a custom loop with ``tf.nn.compute_average_loss``, ``Reduction.NONE``,
+``strategy.reduce``; a functional Keras model with a callback), as a client's other scripts would be.
 """
 
 from __future__ import annotations
@@ -41,7 +45,10 @@ from tests.harness import run_python
 from tests.seed_examples import examples, prepare, seeds_dir
 
 SEEDS = seeds_dir()
-pytestmark = pytest.mark.skipif(not SEEDS.is_dir(), reason=f"the seed documents are not here ({SEEDS})")
+NEEDS_SEEDS = pytest.mark.skipif(not SEEDS.is_dir(), reason=f"the seed documents are not here ({SEEDS})")
+# TensorFlow scripts written for these tests in the shapes of TensorFlow's own guides (a client's scripts beyond
+# the seeds), run by the same runner: "case:NAME" for tests/migrate_cases/NAME.py.
+CASES = Path(__file__).with_name("migrate_cases")
 
 NOT_TRAINING = {"004.1", "004.2"}  # tf.device matmuls: reported by migrate as not converted
 MISTAKES = {"000.2", "001.3"}       # the model built outside strategy.scope(): fixed by migrate
@@ -52,8 +59,9 @@ TFDATA = "needs tf.data input for distribute_dataset (issue 20 part 2, worktree 
 CKPT = "needs allgpu.checkpoint.Checkpoint (issue 20 part 3)"
 KIND = {"000.1": "trains", "000.2": "trains", "000.3": "builds", "001.1": "builds", "001.2": "trains",
         "001.3": "trains", "002.1": "trains", "002.2": "trains", "002.3": "trains", "003.1": "trains",
-        "003.2": "trains", "003.3": "builds", "004.3": "trains"}
-WAITING = {"000.1": SCOPE, "001.2": TFDATA, "001.3": TFDATA, "002.2": TFDATA, "002.3": f"{TFDATA}; {CKPT}",
+        "003.2": "trains", "003.3": "builds", "004.3": "trains",
+        "case:custom_loop": "trains", "case:keras_functional": "trains"}
+WAITING = {"case:custom_loop": TFDATA, "000.1": SCOPE, "001.2": TFDATA, "001.3": TFDATA, "002.2": TFDATA, "002.3": f"{TFDATA}; {CKPT}",
            "003.1": SCOPE, "003.2": SCOPE, "004.3": SCOPE}
 
 
@@ -68,12 +76,18 @@ def _migrated():
     return tuple((e, migrate_source(e.source, f"seed_{e.name}.py"), ones.get(e.seed)) for e in found)
 
 
+def _cases_migrated():
+    return [(f"case:{p.stem}", migrate_source(p.read_text(), p.name)) for p in sorted(CASES.glob("*.py"))]
+
+
 # -- migrate alone (unit tier) -----------------------------------------------------------------------------------
+@NEEDS_SEEDS
 def test_every_example_is_found():
-    assert {e.name for e in _all()} == set(KIND) | NOT_TRAINING
+    assert {e.name for e in _all()} == {n for n in KIND if not n.startswith("case:")} | NOT_TRAINING
 
 
-@pytest.mark.parametrize("name", sorted(set(KIND) | NOT_TRAINING))
+@NEEDS_SEEDS
+@pytest.mark.parametrize("name", sorted(n for n in set(KIND) | NOT_TRAINING if not n.startswith("case:")))
 def test_migrated_example_compiles_and_passes_lint(name):
     (example, migration, _), = [m for m in _migrated() if m[0].name == name]
     compile(migration.result, f"{name}.py", "exec")
@@ -87,6 +101,14 @@ def test_migrated_example_compiles_and_passes_lint(name):
     else:
         assert migration.complete, migration.report()
     assert (name in MISTAKES) == any(n.kind == FIXED for n in migration.notes)
+
+
+def test_written_cases_migrate_completely_and_pass_lint():
+    found = _cases_migrated()
+    assert {name for name, _ in found} == {n for n in KIND if n.startswith("case:")}
+    for name, migration in found:
+        assert migration.complete, migration.report()
+        assert not [f for f in check_source(migration.result, name) if f.severity == "error"]
 
 
 # -- the migrated examples, trained on 1 and 2 CPU replicas (replicas tier) ---------------------------------------
@@ -107,6 +129,10 @@ def runs(tmp_path_factory):
             path = folder / f"seed_{name.replace('.', '_').replace('-', '_')}.py"
             path.write_text(source)
             manifest.append([name, str(path)])
+    for name, migration in _cases_migrated():
+        path = folder / f"{name.replace(':', '_')}.py"
+        path.write_text(migration.result)
+        manifest.append([name, str(path)])
     (folder / "manifest.json").write_text(json.dumps(manifest))
     runner = str(Path(__file__).with_name("seed_runner.py"))
     env = {**os.environ, "ALLGPU_TIMEOUT": "120"}  # an example that fails on one replica stops the other soon
@@ -134,6 +160,7 @@ def _weights(folder, replicas, name, rank=0):
 def _cases():
     for name in sorted(KIND):
         marks = [pytest.mark.xfail(strict=True, reason=WAITING[name])] if name in WAITING else []
+        marks += [] if name.startswith("case:") else [NEEDS_SEEDS]
         yield pytest.param(name, marks=marks, id=name)
 
 
@@ -156,6 +183,7 @@ def test_migrated_example_runs_on_one_and_two_replicas(runs, name):
         assert min(one["accuracy"], two["accuracy"]) >= 0.5, (one["accuracy"], two["accuracy"])
 
 
+@NEEDS_SEEDS
 @pytest.mark.replicas
 @pytest.mark.timeout(600)
 def test_a_model_left_outside_the_scope_stops_with_the_fix(runs):
@@ -164,6 +192,7 @@ def test_a_model_left_outside_the_scope_stops_with_the_fix(runs):
     assert "scope()" in result["message"] and "Fix:" in result["message"]
 
 
+@NEEDS_SEEDS
 @pytest.mark.replicas
 def test_the_migrate_command_on_a_seed_example(tmp_path):
     (example, _, _), = [m for m in _migrated() if m[0].name == "000.2"]

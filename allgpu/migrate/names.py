@@ -23,7 +23,16 @@ RENAMES: dict[str, str] = {
     "tensorflow.train.Checkpoint": "allgpu.checkpoint.Checkpoint",
     "tensorflow.train.CheckpointManager": "allgpu.checkpoint.CheckpointManager",
     "tensorflow.train.latest_checkpoint": "allgpu.checkpoint.latest_checkpoint",
+    "tensorflow.nn.compute_average_loss": "allgpu.compute_average_loss",
+    # Keras 3 takes the reduction as a string; the Reduction enum is gone.
+    "tensorflow.keras.losses.Reduction.NONE": '"none"',
+    "tensorflow.keras.losses.Reduction.SUM": '"sum"',
+    "tensorflow.keras.losses.Reduction.SUM_OVER_BATCH_SIZE": '"sum_over_batch_size"',
+    "tensorflow.keras.losses.Reduction.AUTO": '"sum_over_batch_size"',
 }
+# Renamed functions whose positional parameters differ after the first N: more positional arguments than N are
+# not converted (TensorFlow's compute_average_loss takes sample_weight second, allgpu's global_batch_size).
+POSITIONAL_LIMIT = {"allgpu.compute_average_loss": 1}
 
 # Keyword arguments each strategy constructor takes in TensorFlow -> allgpu's name; None: dropped with a note
 # (an implementation choice that does not change what is computed). A keyword missing here is not converted.
@@ -57,6 +66,9 @@ KERAS3_MISSING = {
     "tensorflow.keras.layers.experimental": "Keras 3 moved these layers to keras.layers.<Name>",
     "tensorflow.keras.mixed_precision.experimental": "use keras.mixed_precision.set_global_policy",
     "tensorflow.keras.estimator": "Keras 3 has no estimators",
+    "tensorflow.keras.preprocessing.image.ImageDataGenerator": "Keras 3 has no ImageDataGenerator: use "
+                                                               "keras.utils.image_dataset_from_directory and "
+                                                               "preprocessing layers",
 }
 
 # TensorFlow names that stay as they are: allgpu reads tf.data pipelines (TensorFlow must be installed).
@@ -86,7 +98,10 @@ WHY_NOT: dict[str, str] = {
     "tensorflow.summary": "TensorBoard summaries: use keras.callbacks.TensorBoard or "
                           "torch.utils.tensorboard.SummaryWriter",
     "tensorflow.saved_model": "SavedModel export has no allgpu equivalent: save with model.save('model.keras')",
-    "tensorflow.keras": "not a Keras 3 name",
+    "tensorflow.keras": "not in the installed Keras 3 (a Keras 2 name it dropped): see "
+                        "keras.io/guides/migrating_to_keras_3",
+    "tensorflow.nn.compute_average_loss": "TensorFlow's sample_weight is its second positional argument, "
+                                          "allgpu's is global_batch_size: pass them by keyword",
 }
 DTYPES = {"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
           "string", "complex64"}

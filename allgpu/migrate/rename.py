@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import PositionProvider
 
-from allgpu.migrate import names, tape
+from allgpu.migrate import keras_api, names, tape
 from allgpu.migrate.cst import dotted, expr, qualify
 from allgpu.migrate.notes import CHANGED, KEPT, NOT_CONVERTED, Note
 from allgpu.migrate.scope_fix import assigned_name, insert_mirrors, keras_model_call
@@ -80,6 +80,8 @@ class Rename(cst.CSTTransformer):
             prefix = ".".join(parts[:cut])
             if prefix in names.RENAMES and not self._missing_in_keras3(qualified):
                 target = ".".join([names.RENAMES[prefix], *parts[cut:]])
+                if names.RENAMES[prefix] == "keras" and keras_api.exists(target) is False:
+                    break  # a Keras 2 name Keras 3 dropped: rewriting it would only move the failure
                 if names.RENAMES[prefix] not in names.STRATEGY_ARGS:  # strategies are noted where they are called
                     self.note(original, CHANGED, f"{text} -> {target}")
                 return expr(target)
@@ -117,6 +119,8 @@ class Rename(cst.CSTTransformer):
         if self._is_tf_data(original.func):
             self._tf_data_depth -= 1
         target = dotted(updated.func)
+        if target in names.POSITIONAL_LIMIT and dotted(original.func) != target:
+            return self._limited(original, updated, target)
         if target not in names.STRATEGY_ARGS or dotted(original.func) == target:
             return updated
         converted, messages, refused = convert_strategy_call(updated, target)
@@ -127,6 +131,15 @@ class Rename(cst.CSTTransformer):
             return original
         self.note(original, CHANGED, "; ".join([f"{source}(...) -> {target}(...)", *messages]))
         return converted
+
+    def _limited(self, original: cst.Call, updated: cst.Call, target: str) -> cst.BaseExpression:
+        """A renamed function whose positional parameters differ after the first few: those must be keywords."""
+        limit = names.POSITIONAL_LIMIT[target]
+        if sum(a.keyword is None for a in original.args) <= limit:
+            return updated
+        self.notes[:] = [n for n in self.notes if not (n.line == self._line(original) and target in n.message)]
+        self.leftovers[self._where(original.func)] = (qualify(dotted(original.func), self.aliases), self._line(original))
+        return original
 
     # -- statements: models outside a scope, @tf.function, the tape step, imports ----------------------------------
     def visit_With(self, node: cst.With) -> None:
