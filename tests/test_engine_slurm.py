@@ -20,7 +20,7 @@ from tests.slurm_local import LocalSlurm, missing_programs
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(300)]
 
 TRAIN = doc_blocks("slurm.md", "python")[0]
-SBATCH = doc_blocks("slurm.md", "bash")[0]
+SBATCH, LAUNCHER = doc_blocks("slurm.md", "bash")[:2]
 # The same train.py made slow (0.15 s a step) and leaving each replica's pid, so a test can act mid-epoch.
 SLOW = ("import os, time, allgpu\n"
         "class Slow(allgpu.Callback):\n"
@@ -134,3 +134,21 @@ def test_a_task_killed_with_sigkill_ends_the_step_named_within_30s(slurm, tmp_pa
     assert step.returncode != 0
     assert took < 30, f"the step took {took:.0f} s to end after a task died:\n{out[-3000:]}"
     assert "task 1" in out and slurm.host in out, out[-3000:]
+
+
+def test_srun_one_allgpu_run_launcher_per_node_keeps_working(slurm, srun_params, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = _job_dir(tmp_path, "launcher")
+    script = LAUNCHER.replace("allgpu run ", "allgpu run --cpu-replicas 2 ").replace(":29400", f":{port}")
+    (d / "train.sbatch").write_text(script)
+    result = slurm.run("sbatch", "--parsable", "--wait", "-o", "out.txt", "train.sbatch", cwd=d, env=job_env(),
+                       timeout=240)
+    out = (d / "out.txt").read_text() if (d / "out.txt").exists() else ""
+    assert result.returncode == 0, result.stderr + out[-4000:]
+    got, want = _params(d / "model.pt"), srun_params(0)
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-6)
