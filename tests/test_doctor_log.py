@@ -328,3 +328,21 @@ def test_step_timing_mostly_data_wait_is_input_bound_and_an_idle_smi_row_support
 ])
 def test_real_paste_variants(text, cause):
     assert causes(text)[:1] == (cause,)
+
+
+def test_lowercased_torch_oom_keeps_its_figures():
+    line = ("cuda out of memory. tried to allocate 78.88 mib (gpu 0; 3.95 gib total capacity; 2.99 gib already "
+            "allocated; 74.44 mib free; 557.82 mib cached)")
+    assert causes(line) == ("out-of-memory",)
+    held = ("cuda out of memory. tried to allocate 50.00 mib (gpu 0; 31.75 gib total capacity; 5.22 gib already "
+            "allocated; 44.69 mib free; 5.22 gib reserved in total by pytorch)")
+    assert causes(held) == ("memory-held",)
+
+
+def test_xla_cudnn_handle_with_memory_free_and_an_old_driver_is_the_version():
+    log = ("E external/xla/xla/stream_executor/cuda/cuda_dnn.cc:474] Could not create cudnn handle: "
+           "CUDNN_STATUS_NOT_INITIALIZED\n"
+           "E external/xla/xla/stream_executor/cuda/cuda_dnn.cc:478] Memory usage: 42069065728 bytes free, "
+           "42505273344 bytes total.\n"
+           "E external/xla/xla/stream_executor/cuda/cuda_dnn.cc:488] Possibly insufficient driver version: 470.182.3")
+    assert causes(log) == ("cuda-version-mismatch",)

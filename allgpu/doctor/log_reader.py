@@ -72,8 +72,11 @@ class LogReading:
         return [h for h in self.hits if h.cause and h.weight > 0]
 
 
+_UNIT_LOWER = {k.lower(): v for k, v in _UNIT.items()}
+
+
 def _mib(value: str, unit: str) -> float:
-    return float(value) * _UNIT.get(unit, 1.0)
+    return float(value) * _UNIT_LOWER.get(unit.lower(), 1.0)
 
 
 def _framework(src: str, text: str) -> str | None:
@@ -129,7 +132,8 @@ def _torch_oom_cause(text: str) -> tuple[str, float]:
     memory in use. | Including non-PyTorch memory, this process has X memory in use.] Of the allocated memory X is
     allocated by PyTorch, and Y is reserved by PyTorch but unallocated."
     """
-    num = r"([\d.]+) ([KMGT]i?B)"
+    text = text.lower()  # pastes are sometimes lowercased
+    num = r"([\d.]+) ([kmgt]i?b)"
     total = re.search(num + r" total capacity|total capac\w* of " + num, text)
     free = re.search(num + r" free|of which " + num + r" is free", text)
     if not total or not free:
@@ -140,8 +144,8 @@ def _torch_oom_cause(text: str) -> tuple[str, float]:
     if own:
         own_mib = _mib(*own.groups())
     else:
-        reserved = re.search(num + r" reserved in total by PyTorch", text)
-        parts = re.search(r"memory " + num + r" is allocated by PyTorch, and " + num + r" is reserved", text)
+        reserved = re.search(num + r" reserved in total by pytorch", text)
+        parts = re.search(r"memory " + num + r" is allocated by pytorch, and " + num + r" is reserved", text)
         if reserved:
             own_mib = _mib(*reserved.groups())
         elif parts:

@@ -97,6 +97,13 @@ def _log_scores(log: LogReading) -> _Scores:
             if hit.pattern == "one-device-strategy":
                 scores.add("single-device-strategy", 1.0, hit.pattern, _line(hit))
     _figure_scores(log, scores)
+    # XLA prints the memory free after a cuDNN handle failure: with most of the GPU free, memory is not the cause.
+    for hit in log.hits:
+        usage = re.search(r"(\d+) bytes free, (\d+) bytes total", hit.text) if hit.pattern == "xla-memory-usage" else None
+        if usage and int(usage.group(2)) and int(usage.group(1)) >= 0.5 * int(usage.group(2)):
+            scores.weights["memory-held"] = [w for w in scores.weights.get("memory-held", []) if w[1] != "cudnn-handle"]
+            if not scores.weights["memory-held"]:
+                scores.drop("memory-held")
     # TensorFlow tries its CUDA libraries at import even with no driver ("Ignore above cudart dlerror if you do not
     # have a GPU set up"); only past the driver does it say "Cannot dlopen some GPU libraries". With no driver the
     # libraries are not what keeps the GPU idle.
