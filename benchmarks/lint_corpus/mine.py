@@ -83,7 +83,7 @@ PICKAXE = ("DistributedSampler|set_epoch|no_sync|SyncBatchNorm|DataParallel|num_
 
 
 def git(gd, *args):
-    p = subprocess.run(["git", f"--git-dir={gd}", *args], capture_output=True, timeout=300)
+    p = subprocess.run(["git", f"--git-dir={gd}", *args], capture_output=True, timeout=1200)
     return p.stdout.decode("utf-8", "replace") if p.returncode == 0 else None
 
 
@@ -105,14 +105,15 @@ def changed_paths(gd: str, parent: str, sha: str) -> list[str]:
     return paths
 
 
-def candidates(gd: str, repo: str, since: str | None = None):
+def candidates(gd: str, repo: str, since: str | None = None, paths: tuple[str, ...] = ("*.py", "*.ipynb")):
     args = ["log", "--all", "--no-merges", "--format=%H%x09%P%x09%s"]
     if since:
         args.append(f"--since={since}")
     # fast: let git find the commits whose diff touches a token; a blob missing from the snapshot (files of
     # 4 MiB and more, mostly notebooks with outputs) makes `git log -G` fail: then .py only, then every commit
-    out = (git(gd, *args, "-G", PICKAXE, "--", "*.py", "*.ipynb") or git(gd, *args, "-G", PICKAXE, "--", "*.py")
-           or git(gd, *args, "--", "*.py") or "")
+    py = tuple(p for p in paths if not p.endswith(".ipynb"))
+    out = (git(gd, *args, "-G", PICKAXE, "--", *paths) or git(gd, *args, "-G", PICKAXE, "--", *py)
+           or git(gd, *args, "--", *py) or "")
     seen = set()
     for line in out.splitlines():
         sha, parents, subject = (line.split("\t", 2) + ["", ""])[:3]
@@ -136,9 +137,10 @@ def main() -> int:
     ap.add_argument("repo")
     ap.add_argument("--since")
     ap.add_argument("--out", default="-")
+    ap.add_argument("--paths", nargs="*", default=["*.py", "*.ipynb"], help="git pathspecs to scan")
     args = ap.parse_args()
     fh = sys.stdout if args.out == "-" else open(args.out, "w")
-    for c in candidates(args.git_dir, args.repo, args.since):
+    for c in candidates(args.git_dir, args.repo, args.since, tuple(args.paths)):
         fh.write(json.dumps(c) + "\n")
         fh.flush()
     return 0
