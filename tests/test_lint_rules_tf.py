@@ -522,3 +522,15 @@ model.fit(train_ds, validation_data=val_ds)
 def check_lines(src):
     from allgpu.lint import check_source
     return check_source(src, "t.py")
+
+
+def test_tf007_evaluation_only_pipeline_not_reported():
+    src = HEAD.replace("B = 64 * strategy.num_replicas_in_sync\n", "") + """
+train_ds = tf.data.Dataset.from_tensor_slices(xy).batch(64 * strategy.num_replicas_in_sync)
+test_ds = tf.data.Dataset.from_tensor_slices(xy_test).batch(32)
+test_ds = test_ds.prefetch(2)
+model.fit(train_ds, validation_data=test_ds)
+model.evaluate(test_ds)
+"""
+    assert "TF007" not in ids(src)
+    assert "TF007" in ids(src.replace("model.evaluate(test_ds)", "model.fit(test_ds)"))

@@ -49,6 +49,11 @@ def _loads(mod) -> dict[str, list[ast.Name]]:
     return _names(mod)[1]
 
 
+def name_loads(mod) -> dict[str, list[ast.Name]]:
+    """name -> every place the bare name is read (one walk of the tree, cached)."""
+    return _names(mod)[1]
+
+
 def _window_end(mod, stmt: ast.stmt, name: str) -> int | None:
     """The line of the next assignment to ``name`` in ``stmt``'s own function (or module), None if none."""
     end = getattr(stmt, "end_lineno", stmt.lineno) or stmt.lineno

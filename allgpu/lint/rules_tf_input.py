@@ -6,6 +6,7 @@ import ast
 
 from allgpu.lint import tfdata
 from allgpu.lint.astutil import star_kwarg
+from allgpu.lint.binding import name_loads
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg
 
 
@@ -80,7 +81,7 @@ def check_tf007(ctx) -> None:
             continue
         if f.attr in ("batch", "padded_batch") and call.args and tfdata.classify(mod, f.value) == "tfdata":
             arg = call.args[0]
-            if _per_replica_context(mod, call):
+            if _per_replica_context(mod, call) or _evaluation_only(mod, call):
                 continue
         elif f.attr == "fit":
             arg = kwarg(call, "batch_size")
@@ -94,6 +95,34 @@ def check_tf007(ctx) -> None:
             if not _named_global(arg) and dotted(arg) not in _rescaled_names(mod):
                 ctx.emit("TF007", node, f"batch size {size}{note} is fixed: with N replicas each GPU gets "
                                         f"{size}/N; scale it by strategy.num_replicas_in_sync")
+
+
+_EVAL_ATTRS = ("evaluate", "predict", "predict_on_batch", "test_on_batch", "evaluate_generator", "predict_generator")
+
+
+def _evaluation_only(mod, call: ast.Call) -> bool:
+    """The pipeline ``call`` batches is bound to a name that is only ever evaluated on (``evaluate``,
+    ``predict``, ``validation_data=``): its batch size does not shape training."""
+    st = next((a for a in mod.ancestors(call) if isinstance(a, ast.stmt)), None)
+    if not isinstance(st, ast.Assign) or len(st.targets) != 1 or not isinstance(st.targets[0], ast.Name):
+        return False
+    name = st.targets[0].id
+    loads = name_loads(mod).get(name, [])
+    if not loads:
+        return False
+    for n in loads:
+        parent = mod.parent.get(id(n))
+        if isinstance(parent, ast.keyword) and parent.arg in ("validation_data", "eval_data"):
+            continue
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and parent.func.attr in _EVAL_ATTRS:
+            continue
+        if isinstance(parent, ast.Attribute) and mod.parent.get(id(parent)) is not None and parent.attr in (
+                "prefetch", "cache", "repeat"):  # ``test_ds = test_ds.prefetch(...)``: the same pipeline, followed on
+            outer = next((a for a in mod.ancestors(parent) if isinstance(a, ast.stmt)), None)
+            if isinstance(outer, ast.Assign) and any(dotted(t) == name for t in outer.targets):
+                continue
+        return False
+    return True
 
 
 def _fixed_batches(mod, call: ast.Call, arg: ast.expr | None):
