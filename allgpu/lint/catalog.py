@@ -20,14 +20,19 @@ _R = [
          "model/optimizer/metric created outside strategy.scope() while a tf.distribute strategy exists",
          "Variables are mirrored only when created under `with strategy.scope():`. A model, optimizer or metric\n"
          "built outside it lives on one device, and training runs there: the other GPUs stay idle (or Keras\n"
-         "raises a 'created outside the scope' error later).\n"
+         "raises a 'created outside the scope' error later). Reported only when that very object is then\n"
+         "trained (fit, train_on_batch, apply_gradients, its trainable_variables, a step given to strategy.run,\n"
+         "through helpers that return it and across the project's files): a model built outside the scope for\n"
+         "single-device evaluation, export, or rebuilt under the scope before training is not reported.\n"
          "Fix:\n    strategy = tf.distribute.MirroredStrategy()\n    with strategy.scope():\n"
          "        model = build_model()\n        model.compile(optimizer='adam', loss=...)\n    model.fit(dataset)"),
     Rule("TF002", "warning", "pinned-to-one-device",
          "training pinned to a single device with tf.device() while more devices are meant to be used",
          "`with tf.device('/gpu:0'):` places everything inside on GPU 0. Training under it uses one GPU, no\n"
-         "matter how many there are. (Placing variables on /cpu:0 with per-tower `tf.device('/gpu:%d' % i)` is\n"
-         "the TF1 multi-tower pattern and is not flagged.)\n"
+         "matter how many there are. Reported when such a block trains while several devices are wanted (a\n"
+         "strategy, multi_gpu_model, a num_gpus setting), when it holds a script's whole computation and the\n"
+         "script names no other GPU, and when Keras trains under `tf.device('/cpu:0')` (no GPU at all). Placing\n"
+         "variables on /cpu:0 with per-tower `tf.device('/gpu:%d' % i)` (the TF1 multi-tower pattern) is not.\n"
          "Fix: remove the device pin and let a strategy place the replicas:\n"
          "    strategy = tf.distribute.MirroredStrategy()\n    with strategy.scope():\n        model = ..."),
     Rule("TF003", "error", "visible-devices-narrowed",
@@ -62,13 +67,18 @@ _R = [
     Rule("TF007", "warning", "batch-not-scaled",
          "batch size is a constant: not scaled by strategy.num_replicas_in_sync",
          "With N replicas the batch given to the dataset or to fit() is the *global* batch: each GPU gets B/N.\n"
-         "A constant tuned for one GPU leaves every GPU underfed (and changes the optimisation).\n"
+         "A constant tuned for one GPU leaves every GPU underfed (and changes the optimisation). Followed into\n"
+         "helpers (`load_data(32)` that batches by its argument) and `fit(**kwargs)` dicts; a pipeline that is\n"
+         "only evaluated on (evaluate, predict, validation_data) is not reported.\n"
          "Fix:\n    BATCH_PER_REPLICA = 64\n"
          "    GLOBAL_BATCH = BATCH_PER_REPLICA * strategy.num_replicas_in_sync\n"
          "    dataset = dataset.batch(GLOBAL_BATCH)"),
     Rule("TF008", "warning", "no-prefetch",
          "tf.data pipeline feeds training without .prefetch()",
          "Without prefetch, input preparation and the training step take turns: the GPUs wait for each batch.\n"
+         "Found for pipelines that training consumes: fit's input, a training loop's iterable, an iterator drawn\n"
+         "with next()/get_next() in a training script, an Estimator input_fn's return. Pipelines given to\n"
+         "strategy.experimental_distribute_dataset are not reported: it adds a prefetch to the devices itself.\n"
          "Fix: end the pipeline with `dataset = dataset.prefetch(tf.data.AUTOTUNE)`."),
     Rule("TF009", "warning", "map-serial",
          "tf.data .map() without num_parallel_calls runs on one CPU thread",
