@@ -8,20 +8,24 @@ from tests.harness import run_python
 pytestmark = pytest.mark.replicas
 
 SCRIPT = r'''
-import time, torch, torch.distributed as dist
+import threading, time, torch, torch.distributed as dist
 from allgpu.runtime.gloo_drain import _gloo_workers, wait_for_gloo_workers
 
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 print("workers", len(_gloo_workers()))          # torch names them pt_gloo_runloop: the drain finds them by name
 print("idle", wait_for_gloo_workers(timeout_s=2.0))
 
+started = threading.Event()
+
 def spin(fut):  # runs on the Gloo worker, holding it busy for 1 s
+    started.set()
     end = time.monotonic() + 1.0
     while time.monotonic() < end:
         pass
     return fut.value()
 
 done = dist.all_reduce(torch.ones(4), async_op=True).get_future().then(spin)
+started.wait(30)  # on a loaded machine the callback may start late: wait until the worker is really busy
 time.sleep(0.05)
 start = time.monotonic()
 print("busy", wait_for_gloo_workers(timeout_s=0.2), round(time.monotonic() - start, 1))
