@@ -527,3 +527,11 @@ def test_pt005_pt003_read_through_kwargs_dicts():
     assert not {"PT003", "PT005"} & ids(fine)
     unknown = head + "def make(ds, **kw):\n    return DataLoader(ds, **kw)\nloader = make(ds)\n" + loop
     assert not {"PT003", "PT005"} & ids(unknown)
+
+
+def test_pt007_else_branch_of_a_rank_guard_is_every_other_rank():
+    head = ("import torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "dist.init_process_group('nccl')\nmodel = DDP(net)\nrank = dist.get_rank()\n")
+    assert "PT007" in ids(head + "if rank == 0:\n    print('x')\nelse:\n    torch.save(model.state_dict(), 'm.pt')\n")
+    assert "PT007" not in ids(head + "if rank != 0:\n    print('x')\nelse:\n    torch.save(model.state_dict(), 'm.pt')\n")
+    assert "PT007" not in ids(head + "if rank == 0:\n    torch.save(model.state_dict(), 'm.pt')\n")

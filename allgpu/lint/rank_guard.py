@@ -68,6 +68,26 @@ def is_job_guard(test: ast.AST, mod=None) -> bool:
     return "job" in rank_kinds(test, mod)
 
 
+def one_branch(test: ast.expr) -> bool | None:
+    """Which branch of ``if test:`` one process takes: True for the body (``rank == 0``, ``is_main_process()``),
+    False for the ``else:`` (``rank != 0``, ``not is_master``, ``rank > 0``), None when it cannot be told."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = one_branch(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, right = test.ops[0], test.comparators[0]
+        zero = isinstance(right, ast.Constant) and right.value == 0
+        if isinstance(op, (ast.Eq, ast.Is)):
+            return True
+        if zero and isinstance(op, (ast.NotEq, ast.IsNot, ast.Gt)):
+            return False
+        return None
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        parts = [one_branch(v) for v in test.values if rank_kinds(v)]
+        return True if parts and all(p is True for p in parts) else None
+    return True if isinstance(test, (ast.Name, ast.Attribute, ast.Call)) else None
+
+
 def _exits(stmts: list[ast.stmt]) -> bool:
     return bool(stmts) and isinstance(stmts[-1], (ast.Return, ast.Continue, ast.Break, ast.Raise))
 
@@ -85,7 +105,10 @@ def guarded(mod, node: ast.AST, depth: int = 0) -> bool:
     child = node
     for anc in mod.ancestors(node):
         if isinstance(anc, ast.If) and is_job_guard(anc.test, mod):
-            return True
+            one = one_branch(anc.test)
+            in_body = any(child is st for st in anc.body)
+            if one is None or one == in_body:
+                return True
         for field in ("body", "orelse", "finalbody") if not isinstance(anc, ast.Module) else ():
             block = getattr(anc, field, None)
             if isinstance(block, list) and child in block:
