@@ -535,3 +535,22 @@ def test_pt007_else_branch_of_a_rank_guard_is_every_other_rank():
     assert "PT007" in ids(head + "if rank == 0:\n    print('x')\nelse:\n    torch.save(model.state_dict(), 'm.pt')\n")
     assert "PT007" not in ids(head + "if rank != 0:\n    print('x')\nelse:\n    torch.save(model.state_dict(), 'm.pt')\n")
     assert "PT007" not in ids(head + "if rank == 0:\n    torch.save(model.state_dict(), 'm.pt')\n")
+
+
+def test_pt005_loader_only_used_for_sampling_not_reported():
+    src = """
+import torch
+from torch.utils.data import DataLoader
+sample_loader = DataLoader(prompts, batch_size=4)
+sample_loader = accelerator.prepare(sample_loader)
+for ex in tqdm(sample_loader):
+    images = pipeline(ex["prompt"]).images
+train_loader = DataLoader(ds, batch_size=8, num_workers=2)
+for x in train_loader:
+    loss = model(x).mean()
+    accelerator.backward(loss)
+    optimizer.step()
+"""
+    assert "PT005" not in ids(src)
+    trained = src.replace('    images = pipeline(ex["prompt"]).images', "    model(ex).mean().backward()\n    optimizer.step()")
+    assert "PT005" in ids(trained)

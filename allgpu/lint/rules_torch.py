@@ -13,6 +13,7 @@ from allgpu.lint import tfdata, torch_train
 from allgpu.lint.rank_guard import guarded, node_guarded, rankish
 from allgpu.lint.rules_torch_device import INIT_HELPER, check_pt002  # noqa: F401  (the checker finds PT002 here)
 from allgpu.lint.astutil import star_kwarg
+from allgpu.lint.torch_train import inference_only_loader
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg, literal_text
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "replicate")
@@ -217,7 +218,7 @@ def check_pt005(ctx) -> None:
         return
     for call, _ in _loader_calls(mod):
         workers, known = star_kwarg(mod, call, "num_workers")
-        if not known:
+        if not known or inference_only_loader(mod, facts, call):
             continue
         if workers is None and len(call.args) > 6:
             workers = call.args[6]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
+from allgpu.lint.binding import name_loads
 from allgpu.lint.resolve import const_str
 
 # torchvision/timm architectures built with BatchNorm layers (ViT, Swin, ConvNeXt, AlexNet, plain VGG have none)
@@ -85,3 +86,37 @@ def _comes_from(mod, node: ast.AST, build_ids: set[int], depth: int) -> bool:
     if isinstance(node, (ast.Name, ast.Attribute)):
         return any(_comes_from(mod, v, build_ids, depth + 1) for v in mod.values_of(node))
     return False
+
+
+_TRAINING = frozenset({"backward", "optstep", "fit", "apply", "tape"})
+_UNWRAP = ("enumerate", "iter", "tqdm", "islice", "zip")
+
+
+def inference_only_loader(mod, facts, call: ast.Call) -> bool:
+    """A DataLoader bound to a name that is only iterated by loops that do not train (sampling, generating
+    class images, evaluation), possibly after ``loader = accelerator.prepare(loader)``: its workers do not
+    decide the training speed."""
+    st = mod.parent.get(id(call))
+    if not isinstance(st, ast.Assign) or len(st.targets) != 1 or not isinstance(st.targets[0], ast.Name):
+        return False
+    name, loops = st.targets[0].id, 0
+    for use in name_loads(mod).get(name, []):
+        node, parent = use, mod.parent.get(id(use))
+        while isinstance(parent, ast.Call) and _callee(parent) in _UNWRAP:
+            node, parent = parent, mod.parent.get(id(parent))
+        if isinstance(parent, (ast.For, ast.AsyncFor)) and parent.iter is node:
+            if facts.features(parent.body, parent) & _TRAINING:
+                return False
+            loops += 1
+            continue
+        outer = mod.parent.get(id(parent)) if isinstance(parent, ast.Call) else None
+        if isinstance(parent, ast.Call) and _callee(parent) == "prepare" and isinstance(outer, ast.Assign) and \
+                any(isinstance(t, ast.Name) and t.id == name for t in outer.targets):
+            continue  # ``loader = accelerator.prepare(loader)``: the same loader
+        return False
+    return loops > 0
+
+
+def _callee(call: ast.Call) -> str:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
