@@ -63,7 +63,7 @@ def test_every_strategy_and_cluster_resolver():
     assert "e = allgpu.ParameterServerStrategy()" in lines
     changed = dict(_kinds(m, CHANGED))
     assert "cross_device_ops" in changed[5] and "parameter_device" in changed[4] and "num_ps" in changed[6]
-    assert "import tensorflow" not in m.result  # NcclAllReduce() went with the dropped argument
+    assert "import tensorflow" not in m.result and m.complete  # NcclAllReduce() went with the dropped argument
 
 
 def test_a_strategy_argument_without_equivalent_is_left_and_reported():
@@ -73,6 +73,7 @@ def test_a_strategy_argument_without_equivalent_is_left_and_reported():
         """)
     assert "tf.distribute.MirroredStrategy(devices=None, bogus=1)" in m.result
     assert not m.complete and "`bogus=` has no allgpu equivalent" in _kinds(m, NOT_CONVERTED)[0][1]
+    assert len(_kinds(m, NOT_CONVERTED)) == 1 and not _kinds(m, CHANGED)  # one note for the call left whole
 
 
 def test_the_gradient_tape_step_becomes_keras_torch_backend_step():
@@ -308,3 +309,23 @@ def test_compute_average_loss_by_keyword_only():
     assert "a = allgpu.compute_average_loss(per_example, global_batch_size=64)" in m.result
     assert "b = tf.nn.compute_average_loss(per_example, weights, 64)" in m.result
     assert [line for line, _ in _kinds(m, NOT_CONVERTED)] == [3] and not any(n[0] == 3 for n in _kinds(m, CHANGED))
+
+
+def test_a_custom_train_step_is_converted_and_keras2_attributes_reported():
+    m = _migrate("""\
+        import tensorflow as tf
+
+        class Model(tf.keras.Model):
+            def train_step(self, data):
+                x, y = data
+                with tf.GradientTape() as tape:
+                    y_pred = self(x, training=True)
+                    loss = self.compiled_loss(y, y_pred)
+                gradients = tape.gradient(loss, self.trainable_variables)
+                self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+                self.compiled_metrics.update_state(y, y_pred)
+                return {m.name: m.result() for m in self.metrics}
+        """)
+    assert "class Model(keras.Model):" in m.result and "self.zero_grad()" in m.result
+    assert "        self.optimizer.apply(gradients, trainable_weights)" in m.result
+    assert [line for line, _ in _kinds(m, NOT_CONVERTED)] == [8, 11]

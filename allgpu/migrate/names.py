@@ -95,6 +95,8 @@ WHY_NOT: dict[str, str] = {
     "tensorflow.distribute": "no allgpu equivalent of this tf.distribute name",
     "tensorflow.train": "no allgpu equivalent of this tf.train name (allgpu.checkpoint has Checkpoint, "
                         "CheckpointManager and latest_checkpoint)",
+    "tensorflow.compat": "TensorFlow 1 graph and session code has no allgpu equivalent: port it to TF2 / Keras "
+                         "first",
     "tensorflow.summary": "TensorBoard summaries: use keras.callbacks.TensorBoard or "
                           "torch.utils.tensorboard.SummaryWriter",
     "tensorflow.saved_model": "SavedModel export has no allgpu equivalent: save with model.save('model.keras')",
@@ -102,6 +104,12 @@ WHY_NOT: dict[str, str] = {
                         "keras.io/guides/migrating_to_keras_3",
     "tensorflow.nn.compute_average_loss": "TensorFlow's sample_weight is its second positional argument, "
                                           "allgpu's is global_batch_size: pass them by keyword",
+}
+# Keras 2 model attributes a custom train_step uses that Keras 3 removed (reported wherever they appear).
+KERAS2_ATTRIBUTES = {
+    "compiled_loss": "Keras 3 has no compiled_loss: call self.compute_loss(x=x, y=y, y_pred=y_pred)",
+    "compiled_metrics": "Keras 3 has no compiled_metrics: update each of self.metrics (or "
+                        "self.compute_metrics(x, y, y_pred))",
 }
 DTYPES = {"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
           "string", "complex64"}

@@ -51,6 +51,8 @@ class Rename(cst.CSTTransformer):
 
     # -- names ----------------------------------------------------------------------------------------------------
     def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if node.attr.value in names.KERAS2_ATTRIBUTES and self.aliases:
+            self.note(node, NOT_CONVERTED, f"`.{node.attr.value}`: {names.KERAS2_ATTRIBUTES[node.attr.value]}")
         if qualify(dotted(node), self.aliases):
             self._chains.add(id(node))
             return False  # the whole chain is handled in leave_Attribute
@@ -123,14 +125,26 @@ class Rename(cst.CSTTransformer):
             return self._limited(original, updated, target)
         if target not in names.STRATEGY_ARGS or dotted(original.func) == target:
             return updated
-        converted, messages, refused = convert_strategy_call(updated, target)
+        converted, messages, refused, dropped = convert_strategy_call(updated, target)
         source = dotted(original.func)
-        if refused:
+        if refused:  # the call stays whole, TensorFlow names and all: this one note stands for everything in it
+            self._forget(original, notes=True)
             self.note(original, NOT_CONVERTED, f"{source}(...) left as it is: {refused}")
-            self.leftovers.pop(self._where(original.func), None)
             return original
+        for i in dropped:
+            self._forget(original.args[i])
         self.note(original, CHANGED, "; ".join([f"{source}(...) -> {target}(...)", *messages]))
         return converted
+
+    def _forget(self, node: cst.CSTNode, notes: bool = False) -> None:
+        """Drop the leftovers (and with ``notes``, the changes) recorded inside ``node``: it was removed, or kept
+        whole under one note."""
+        where = self.get_metadata(PositionProvider, node)
+        start, end = (where.start.line, where.start.column), (where.end.line, where.end.column)
+        for key in [k for k in self.leftovers if start <= k <= end]:
+            del self.leftovers[key]
+        if notes:
+            self.notes[:] = [n for n in self.notes if not (n.kind == CHANGED and start[0] <= n.line <= end[0])]
 
     def _limited(self, original: cst.Call, updated: cst.Call, target: str) -> cst.BaseExpression:
         """A renamed function whose positional parameters differ after the first few: those must be keywords."""
