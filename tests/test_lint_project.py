@@ -61,3 +61,24 @@ def test_check_source_without_path_does_not_look_for_files(tmp_path, monkeypatch
     src = ("import tensorflow as tf\nfrom helpers import build_model\nstrategy = tf.distribute.MirroredStrategy()\n"
            "model = build_model()\nmodel.fit(ds)\n")
     assert [f for f in check_source(src, "train.py", select=ALL) if f.rule_id == "TF001"] == []
+
+
+def test_batch_fixed_in_a_helper_module_reported_at_the_call(tmp_path):
+    write(tmp_path / "data.py", """
+        import tensorflow as tf
+        def make_dataset(batch_size):
+            ds = tf.data.Dataset.from_tensor_slices(x)
+            return ds.batch(batch_size).prefetch(2)
+    """)
+    main = write(tmp_path / "train.py", """
+        import tensorflow as tf
+        import data
+        strategy = tf.distribute.MirroredStrategy()
+        with strategy.scope():
+            model = build()
+        model.fit(data.make_dataset(64))
+    """)
+    assert ("TF007", 7) in rules(main)
+    scaled = main.read_text().replace("make_dataset(64)", "make_dataset(64 * strategy.num_replicas_in_sync)")
+    main.write_text(scaled)
+    assert [r for r in rules(main) if r[0] == "TF007"] == []

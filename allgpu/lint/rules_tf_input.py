@@ -95,6 +95,39 @@ def check_tf007(ctx) -> None:
             if not _named_global(arg) and dotted(arg) not in _rescaled_names(mod):
                 ctx.emit("TF007", node, f"batch size {size}{note} is fixed: with N replicas each GPU gets "
                                         f"{size}/N; scale it by strategy.num_replicas_in_sync")
+    _check_tf007_in_other_modules(ctx)
+
+
+def _check_tf007_in_other_modules(ctx) -> None:
+    """``train_ds = data.make_dataset(64)`` where the project's ``data.py`` batches by that parameter: reported
+    at this file's call (a helper's own lines belong to the helper's file)."""
+    mod = ctx.mod
+    if mod.importer is None:
+        return
+    for call, qn in list(mod.calls):
+        if qn is None or "." not in qn:
+            continue
+        for fn in mod.local_functions(call.func):
+            if not mod.is_foreign(fn):
+                continue
+            for node in iter_body_nodes(fn.body):
+                f = getattr(node, "func", None)
+                if not (isinstance(node, ast.Call) and isinstance(f, ast.Attribute) and f.attr in ("batch", "padded_batch")
+                        and node.args and isinstance(node.args[0], ast.Name)):
+                    continue
+                if tfdata.classify(mod, f.value) != "tfdata" or _per_replica_context(mod, node):
+                    continue
+                size, given = _const_argument(mod, fn, call, node.args[0].id)
+                if size is not None and not _named_global(given):
+                    ctx.emit("TF007", call, f"batch size {size} (given to {dotted(call.func)}() "
+                                            f"[{_module_name(mod, fn)}], which batches by it) is fixed: with N "
+                                            f"replicas each GPU gets {size}/N; scale it by "
+                                            "strategy.num_replicas_in_sync")
+
+
+def _module_name(mod, node) -> str:
+    owner = mod.owner(node)
+    return getattr(getattr(owner, "path", None), "name", "another module")
 
 
 _EVAL_ATTRS = ("evaluate", "predict", "predict_on_batch", "test_on_batch", "evaluate_generator", "predict_generator")
@@ -138,23 +171,33 @@ def _fixed_batches(mod, call: ast.Call, arg: ast.expr | None):
     fn = mod.enclosing_function(arg)
     if fn is None:
         return
-    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
-    if arg.id not in params:
-        return
-    index = params.index(arg.id)
-    defaults = dict(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
-    for caller in mod.callers(fn):
-        shift = 1 if params and params[0] in ("self", "cls") and isinstance(caller.func, ast.Attribute) else 0
-        given = kwarg(caller, arg.id)
-        if given is None and 0 <= index - shift < len(caller.args):
-            given = caller.args[index - shift]
-        if given is None and (caller.keywords and any(k.arg is None for k in caller.keywords)
-                              or any(isinstance(a, ast.Starred) for a in caller.args)):
-            continue
-        value = _const_int(mod, given if given is not None else defaults.get(arg.id))
+    for caller in mod.callers(fn) if not mod.is_foreign(fn) else foreign_callers(mod, fn):
+        value, given = _const_argument(mod, fn, caller, arg.id)
         if value is not None and not _named_global(given):
             name = caller.func.attr if isinstance(caller.func, ast.Attribute) else dotted(caller.func)
             yield value, caller, f" (given to {name}(), which batches by it at line {arg.lineno})"
+
+
+def foreign_callers(mod, fn) -> list[ast.Call]:
+    """This file's calls of ``fn``, a function of another module of the project."""
+    return [c for c, qn in mod.calls if qn and "." in qn and fn in mod.local_functions(c.func)]
+
+
+def _const_argument(mod, fn, caller: ast.Call, param: str) -> tuple[int | None, ast.expr | None]:
+    """The int constant ``caller`` gives ``fn``'s parameter ``param`` (or its default), and the expression."""
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if param not in params:
+        return None, None
+    index = params.index(param)
+    defaults = dict(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
+    shift = 1 if params and params[0] in ("self", "cls") and isinstance(caller.func, ast.Attribute) else 0
+    given = kwarg(caller, param)
+    if given is None and 0 <= index - shift < len(caller.args):
+        given = caller.args[index - shift]
+    if given is None and (any(k.arg is None for k in caller.keywords)
+                          or any(isinstance(a, ast.Starred) for a in caller.args)):
+        return None, None
+    return _const_int(mod, given if given is not None else defaults.get(param)), given
 
 
 _TRAIN_LOOP_FEATURES = frozenset({"tape", "apply", "run", "backward", "optstep", "fit"})
