@@ -329,3 +329,15 @@ def test_a_custom_train_step_is_converted_and_keras2_attributes_reported():
     assert "class Model(keras.Model):" in m.result and "self.zero_grad()" in m.result
     assert "        self.optimizer.apply(gradients, trainable_weights)" in m.result
     assert [line for line, _ in _kinds(m, NOT_CONVERTED)] == [8, 11]
+
+
+def test_a_constant_batch_is_kept_as_the_global_batch_and_said_so():
+    m = _migrate("""\
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(128)
+        model.fit(x, y, batch_size=32, epochs=1)
+        """)
+    kept = dict(_kinds(m, KEPT))
+    assert ".batch(128): 128 is the global batch" in [v for k, v in _kinds(m, KEPT) if k == 3][-1]
+    assert kept[4].startswith("fit(batch_size=32): 32 is the global batch") and "batch_size=32" in m.result

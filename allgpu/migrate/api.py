@@ -65,7 +65,7 @@ def migrate_source(source: str, path: str = "script.py", *, lint: bool = True) -
     found = strategies(module, aliases)
     only = next(((name, lines[0]) for name, lines in found.items() if len(lines) == 1), None) \
         if len(found) == 1 else None
-    rename = Rename(aliases, _names_used(module), only)
+    rename = Rename(aliases, _names_used(module), only, distributed=bool(found))
     migrated = MetadataWrapper(module, unsafe_skip_copy=True).visit(rename)
     fixes = model_notes(rename.models, rename.fixed, only, bool(found))
     migrated, imports = header.finish(migrated, aliases, _tf_import_line(source), source)

@@ -22,9 +22,11 @@ class Rename(cst.CSTTransformer):
 
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, aliases: dict[str, str], taken: set[str], strategy: tuple[str, int] | None = None):
+    def __init__(self, aliases: dict[str, str], taken: set[str], strategy: tuple[str, int] | None = None, *,
+                 distributed: bool = False):
         super().__init__()
         self.strategy = strategy  # (name, line) of the script's only strategy, if it has exactly one
+        self.distributed = distributed  # the script makes a tf.distribute strategy
         self.fixed: set[int] = set()  # lines of the models mirrored
         self.aliases = aliases
         self.taken = taken
@@ -120,6 +122,8 @@ class Rename(cst.CSTTransformer):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if self._is_tf_data(original.func):
             self._tf_data_depth -= 1
+        if self.distributed:
+            self._batch_note(original)
         target = dotted(updated.func)
         if target in names.POSITIONAL_LIMIT and dotted(original.func) != target:
             return self._limited(original, updated, target)
@@ -135,6 +139,20 @@ class Rename(cst.CSTTransformer):
             self._forget(original.args[i])
         self.note(original, CHANGED, "; ".join([f"{source}(...) -> {target}(...)", *messages]))
         return converted
+
+    def _batch_note(self, call: cst.Call) -> None:
+        """A constant batch size stays the global batch (its meaning in tf.distribute and in allgpu): say so."""
+        if not isinstance(call.func, cst.Attribute):
+            return
+        method = call.func.attr.value
+        size = next((a.value for a in call.args if a.keyword and a.keyword.value == "batch_size"), None) \
+            if method == "fit" else (call.args[0].value if method == "batch" and call.args else None)
+        if isinstance(size, cst.Integer):
+            n = size.value
+            spelled = f"fit(batch_size={n})" if method == "fit" else f".batch({n})"
+            self.note(call, KEPT, f"{spelled}: {n} is the global batch, as in tf.distribute (each of "
+                                  f"N replicas gets {n}/N); `{n} * strategy.num_replicas_in_sync` would keep {n} "
+                                  "a device, a larger global batch and so a different training")
 
     def _forget(self, node: cst.CSTNode, notes: bool = False) -> None:
         """Drop the leftovers (and with ``notes``, the changes) recorded inside ``node``: it was removed, or kept
