@@ -461,8 +461,12 @@ import tensorflow as tf
 dataset = tf.contrib.data.Dataset.from_tensor_slices((x, y)).batch(128)
 X, Y = dataset.make_initializable_iterator().get_next()
 train_op = tf.train.AdamOptimizer().minimize(loss(X, Y))
+with tf.Session() as sess:
+    for step in range(100):
+        sess.run(train_op)
 """
     assert "TF008" in ids(graph)
+    assert "TF008" not in ids(graph.replace("dataset", "test_dataset"))  # an evaluation pipeline
     assert "TF008" not in ids(graph.replace("train_op = tf.train.AdamOptimizer().minimize(loss(X, Y))", "print(X)"))
 
 

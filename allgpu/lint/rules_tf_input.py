@@ -221,20 +221,30 @@ def _training_inputs(ctx) -> list[ast.expr]:
             continue
         if facts.features(loop.body, loop) & _TRAIN_LOOP_FEATURES or _calls_attr(loop.body, "train_on_batch"):
             out.append(it)
-    trains = bool(facts.file_features & _TRAIN_LOOP_FEATURES)
-    for call, ds in tfdata.iterated_datasets(mod):  # next(it) / it.get_next() in a training script or input_fn
-        if trains or _in_input_fn(mod, call):
+    graph = "Session" in mod.attrs or "Session" in mod.name_ids  # TF1: get_next() builds tensors sess.run trains
+    for call, ds in tfdata.iterated_datasets(mod):  # next(it) / it.get_next() where training draws from it
+        if _evaluation_name(dotted(ds) or ""):
+            continue
+        loop = next((a for a in mod.ancestors(call) if isinstance(a, (ast.For, ast.While, ast.AsyncFor))), None)
+        if (loop is not None and facts.features(loop.body, loop) & _TRAIN_LOOP_FEATURES) or _in_input_fn(mod, call) \
+                or (graph and loop is None and facts.file_features & {"apply"}):
             out.append(ds)
     for name, defs in mod.functions.items():  # an Estimator input_fn returns the pipeline the estimator trains on
-        if "input_fn" in name:
+        if "input_fn" in name and not _evaluation_name(name):
             out += [n.value for d in defs for n in iter_body_nodes(d.body)
                     if isinstance(n, ast.Return) and n.value is not None and not isinstance(n.value, ast.Tuple)]
     return out
 
 
+def _evaluation_name(name: str) -> bool:
+    """``test_ds``, ``val_iter``, ``eval_input_fn``, ``serving_input_fn``: not what training consumes."""
+    low = name.lower()
+    return any(w in low for w in ("test", "val", "eval", "predict", "serving", "infer"))
+
+
 def _in_input_fn(mod, node: ast.AST) -> bool:
     fn = mod.enclosing_function(node)
-    return fn is not None and "input_fn" in fn.name
+    return fn is not None and "input_fn" in fn.name and not _evaluation_name(fn.name)
 
 
 def _calls_attr(stmts, attr: str) -> bool:
