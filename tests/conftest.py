@@ -11,7 +11,9 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Replica processes started by the tests must not inherit a launcher environment from the shell.
-for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ALLGPU_DEVICES"):
+# Nor a cluster engine's (a suite run inside an srun step, a pod or a SkyPilot node would join that job).
+for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ALLGPU_DEVICES", "SLURM_STEP_ID",
+            "SLURM_STEPID", "PET_NNODES", "PET_NODE_RANK", "SKYPILOT_NODE_RANK"):
     os.environ.pop(key, None)
 
 REPO = Path(__file__).resolve().parents[1]

@@ -50,6 +50,8 @@ def test_a_batch_script_without_srun_is_not_a_slurm_step():
 def test_malformed_slurm_variable_is_named():
     with pytest.raises(ClusterConfigError, match="SLURM_PROCID='x'"):
         discover(srun_env(procid=0) | {"SLURM_PROCID": "x"})
+    with pytest.raises(ClusterConfigError, match="SLURM_STEP_TASKS_PER_NODE='4x2'"):
+        discover(srun_env(procid=0) | {"SLURM_STEP_TASKS_PER_NODE": "4x2"})
     with pytest.raises(ClusterConfigError, match="SLURM_STEP_NODELIST"):
         discover({k: v for k, v in srun_env(procid=0).items() if k != "SLURM_STEP_NODELIST"})
 

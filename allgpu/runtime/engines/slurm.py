@@ -63,23 +63,17 @@ def expand_hostlist(text: str) -> list[str]:
 
 def tasks_per_node(text: str) -> list[int]:
     """``"4(x2),3"`` -> ``[4, 4, 3]``: Slurm's compressed count of tasks on each node (python-hostlist's
-    ``parse_slurm_tasks_per_node``; the two-rule form read directly where it is not installed)."""
-    try:
-        import hostlist
+    ``parse_slurm_tasks_per_node``).
 
+    Raises:
+        ClusterConfigError: the text is not in that form.
+    """
+    import hostlist
+
+    try:
         return list(hostlist.parse_slurm_tasks_per_node(text))
-    except ImportError:
-        pass
-    except Exception:  # python-hostlist raises a bare ValueError/BadHostlist on a malformed count
+    except Exception:  # python-hostlist raises ValueError or its BadHostlist on a malformed count
         raise ClusterConfigError(f"SLURM_STEP_TASKS_PER_NODE={text!r} is not Slurm's '4(x2),3' form.") from None
-    counts = []
-    for part in text.split(","):
-        count, _, repeat = part.partition("(x")
-        try:
-            counts += [int(count)] * (int(repeat.rstrip(")")) if repeat else 1)
-        except ValueError:
-            raise ClusterConfigError(f"SLURM_STEP_TASKS_PER_NODE={text!r} is not Slurm's '4(x2),3' form.") from None
-    return counts
 
 
 def _int(env: Mapping[str, str], key: str) -> int:
