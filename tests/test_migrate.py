@@ -341,3 +341,15 @@ def test_a_constant_batch_is_kept_as_the_global_batch_and_said_so():
     kept = dict(_kinds(m, KEPT))
     assert ".batch(128): 128 is the global batch" in [v for k, v in _kinds(m, KEPT) if k == 3][-1]
     assert kept[4].startswith("fit(batch_size=32): 32 is the global batch") and "batch_size=32" in m.result
+
+
+def test_functions_given_to_map_are_input_code():
+    m = _migrate("""\
+        import tensorflow as tf
+        def scale(image, label):
+            return tf.cast(image, tf.float32) / 255, label
+        train = mnist_train.map(scale).map(lambda x, y: (tf.image.resize(x, (32, 32)), y)).batch(64)
+        model.load_weights(tf.train.latest_checkpoint("ckpt"))
+        """)
+    assert [line for line, _ in _kinds(m, NOT_CONVERTED)] == [5]  # only latest_checkpoint: no tf.train.Checkpoint
+    assert "Keras' weights" in _kinds(m, NOT_CONVERTED)[0][1] and "tf.cast(image, tf.float32)" in m.result

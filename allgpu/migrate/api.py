@@ -13,7 +13,7 @@ from allgpu.errors import MigrateInputError
 from allgpu.migrate import header, names
 from allgpu.migrate.cst import tensorflow_aliases
 from allgpu.migrate.notes import LINT, NOT_CONVERTED, Migration, Note
-from allgpu.migrate.rename import Rename
+from allgpu.migrate.rename import Rename, script_facts
 from allgpu.migrate.scope_fix import model_notes, strategies
 
 
@@ -66,6 +66,7 @@ def migrate_source(source: str, path: str = "script.py", *, lint: bool = True) -
     only = next(((name, lines[0]) for name, lines in found.items() if len(lines) == 1), None) \
         if len(found) == 1 else None
     rename = Rename(aliases, _names_used(module), only, distributed=bool(found))
+    rename.input_functions, rename.tf_checkpoints = script_facts(module, aliases)
     migrated = MetadataWrapper(module, unsafe_skip_copy=True).visit(rename)
     fixes = model_notes(rename.models, rename.fixed, only, bool(found))
     migrated, imports = header.finish(migrated, aliases, _tf_import_line(source), source)

@@ -73,6 +73,8 @@ KERAS3_MISSING = {
 
 # TensorFlow names that stay as they are: allgpu reads tf.data pipelines (TensorFlow must be installed).
 KEPT_PREFIXES = ("tensorflow.data",)
+# Dataset methods whose function argument TensorFlow runs as input code (tf ops are at home there).
+PIPELINE_METHODS = ("map", "filter", "flat_map", "interleave", "parallel_interleave")
 KEPT_NOTE = ("tf.data kept as it is: allgpu's datasets and Keras' fit read tf.data pipelines and hand each replica "
              "torch tensors (needs TensorFlow installed: pip install 'allgpu[tf]')")
 
@@ -93,6 +95,9 @@ WHY_NOT: dict[str, str] = {
     "tensorflow.distribute.experimental.coordinator": "allgpu's parameter-server workers run the loop themselves; "
                                                       "there is no ClusterCoordinator",
     "tensorflow.distribute": "no allgpu equivalent of this tf.distribute name",
+    "tensorflow.train.latest_checkpoint": "without a tf.train.Checkpoint in the script it finds Keras' weights "
+                                          "files: Keras 3 names them itself (`.weights.h5`, `.keras`); load "
+                                          "them by name",
     "tensorflow.train": "no allgpu equivalent of this tf.train name (allgpu.checkpoint has Checkpoint, "
                         "CheckpointManager and latest_checkpoint)",
     "tensorflow.compat": "TensorFlow 1 graph and session code has no allgpu equivalent: port it to TF2 / Keras "

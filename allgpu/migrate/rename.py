@@ -27,6 +27,8 @@ class Rename(cst.CSTTransformer):
         super().__init__()
         self.strategy = strategy  # (name, line) of the script's only strategy, if it has exactly one
         self.distributed = distributed  # the script makes a tf.distribute strategy
+        self.input_functions: set[str] = set()  # functions given to a pipeline's .map(): tf.data input code
+        self.tf_checkpoints = False  # the script uses tf.train.Checkpoint / CheckpointManager
         self.fixed: set[int] = set()  # lines of the models mirrored
         self.aliases = aliases
         self.taken = taken
@@ -82,6 +84,8 @@ class Rename(cst.CSTTransformer):
         parts = qualified.split(".")
         for cut in range(len(parts), 0, -1):  # the longest prefix with a direct equivalent
             prefix = ".".join(parts[:cut])
+            if prefix == "tensorflow.train.latest_checkpoint" and not self.tf_checkpoints:
+                break  # it finds tf.train.Checkpoint files; without one it looks for Keras' weights: not ours
             if prefix in names.RENAMES and not self._missing_in_keras3(qualified):
                 target = ".".join([names.RENAMES[prefix], *parts[cut:]])
                 if names.RENAMES[prefix] == "keras" and keras_api.exists(target) is False:
@@ -115,13 +119,16 @@ class Rename(cst.CSTTransformer):
             node = node.func if isinstance(node, cst.Call) else node.value
         return False
 
+    def _builds_input(self, call: cst.Call) -> bool:
+        """A tf.data call, or ``.map(...)``-like on any pipeline: its arguments run inside TensorFlow's input."""
+        return self._is_tf_data(call.func) or (isinstance(call.func, cst.Attribute)
+                                               and call.func.attr.value in names.PIPELINE_METHODS)
+
     def visit_Call(self, node: cst.Call) -> None:
-        if self._is_tf_data(node.func):
-            self._tf_data_depth += 1
+        self._tf_data_depth += self._builds_input(node)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if self._is_tf_data(original.func):
-            self._tf_data_depth -= 1
+        self._tf_data_depth -= self._builds_input(original)
         if self.distributed:
             self._batch_note(original)
         target = dotted(updated.func)
@@ -190,6 +197,7 @@ class Rename(cst.CSTTransformer):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions += 1
+        self._tf_data_depth += node.name.value in self.input_functions  # given to .map(): TensorFlow runs it
 
     def leave_SimpleStatementLine(self, original, updated):
         pair = assigned_name(updated)
@@ -199,6 +207,7 @@ class Rename(cst.CSTTransformer):
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
         self._functions -= 1
+        self._tf_data_depth -= original.name.value in self.input_functions
         kept = []
         for old, new in zip(original.decorators, updated.decorators):
             deco = old.decorator
@@ -270,3 +279,22 @@ class Rename(cst.CSTTransformer):
 def _is_scope(node: cst.BaseExpression) -> bool:
     """``<anything>.scope()``: a strategy's scope, TensorFlow's or allgpu's."""
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "scope"
+
+
+def script_facts(module: cst.Module, aliases: dict[str, str]) -> tuple[set[str], bool]:
+    """``(input functions, tf checkpoints)``: the names of functions given to a pipeline's ``.map(...)``-like
+    methods, and whether the script uses ``tf.train.Checkpoint`` or ``CheckpointManager``."""
+    functions: set[str] = set()
+    checkpoints = []
+
+    class _Facts(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in names.PIPELINE_METHODS:
+                functions.update(a.value.value for a in node.args[:1] if isinstance(a.value, cst.Name))
+
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if qualify(dotted(node), aliases) in ("tensorflow.train.Checkpoint", "tensorflow.train.CheckpointManager"):
+                checkpoints.append(node)
+
+    module.visit(_Facts())
+    return functions, bool(checkpoints)
