@@ -554,3 +554,24 @@ for x in train_loader:
     assert "PT005" not in ids(src)
     trained = src.replace('    images = pipeline(ex["prompt"]).images', "    model(ex).mean().backward()\n    optimizer.step()")
     assert "PT005" in ids(trained)
+
+
+def test_pt006_micro_step_loop_under_accelerate_and_ddp():
+    src = """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator()
+model, opt, dl = accelerator.prepare(model, opt, dl)
+for step in range(steps):
+    for _ in range(grad_accum_every):
+        loss = model(next(dl_iter))
+        accelerator.backward(loss / grad_accum_every)
+    opt.step()
+    opt.zero_grad()
+"""
+    assert "PT006" in ids(src)
+    assert "PT006" not in ids(src.replace("accelerator.backward(loss / grad_accum_every)",
+                                          "with accelerator.no_sync(model):\n            accelerator.backward(loss)"))
+    # the step inside the micro-step loop: not accumulation
+    assert "PT006" not in ids(src.replace("        accelerator.backward(loss / grad_accum_every)\n",
+                                          "        accelerator.backward(loss)\n        opt.step()\n"))

@@ -139,7 +139,9 @@ _R = [
          "gradient accumulation under DDP without model.no_sync(): gradients all-reduced every micro-step",
          "DDP all-reduces in every backward(). Accumulating k micro-batches without no_sync() pays k\n"
          "all-reduces instead of one. Also found when backward() runs inside a loss-scaler wrapper that steps\n"
-         "on a flag (`loss_scaler(loss, opt, update_grad=(i + 1) % k == 0)`, the timm/MAE/Swin convention).\n"
+         "on a flag (`loss_scaler(loss, opt, update_grad=(i + 1) % k == 0)`, the timm/MAE/Swin convention), and\n"
+         "for a micro-step loop (`for _ in range(grad_accum_every): ... backward()`, the step after it) under\n"
+         "DDP or Accelerate (there: without `with accelerator.accumulate(model):`).\n"
          "Fix:\n    ctx = model.no_sync() if (i + 1) % k else contextlib.nullcontext()\n"
          "    with ctx:\n        loss.backward()"),
     Rule("PT007", "warning", "save-on-every-rank",

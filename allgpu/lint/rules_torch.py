@@ -256,7 +256,14 @@ def _under_accumulation_test(mod, node: ast.AST, loop: ast.AST) -> bool:
 
 def check_pt006(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
-    if {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys() or mod.is_imported("accelerate"):
+    if {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys():
+        return
+    backward = lambda c: _does_backward(mod, facts, c)  # noqa: E731
+    if mod.is_imported("accelerate"):  # Accelerate syncs every backward unless accelerator.accumulate(model)
+        if "accumulate" not in mod.attrs:
+            for back in torch_train.micro_step_backwards(mod, facts, backward):
+                ctx.emit("PT006", back, "accumulating gradients over micro-steps under Accelerate without "
+                                        "`with accelerator.accumulate(model):` (or no_sync): every micro-step all-reduces")
         return
     aware = torch_train.distributed_aware(mod)
     wrapped = ctx.torch.wrapped or (ctx.torch.helper_wrapped and aware)  # ``smart_DDP(model)`` in a dist script
@@ -278,6 +285,9 @@ def check_pt006(ctx) -> None:
             ctx.emit("PT006", backs[0], "accumulating gradients under DDP without model.no_sync(): "
                                         "every micro-step all-reduces")
             return
+    for back in torch_train.micro_step_backwards(mod, facts, backward):
+        ctx.emit("PT006", back, "accumulating gradients over micro-steps under DDP without model.no_sync(): "
+                                "every micro-step all-reduces")
 
 
 def check_pt007(ctx) -> None:

@@ -13,7 +13,7 @@ import ast
 import re
 
 from allgpu.lint.binding import name_loads
-from allgpu.lint.resolve import const_str
+from allgpu.lint.resolve import const_str, dotted, iter_body_nodes
 
 # torchvision/timm architectures built with BatchNorm layers (ViT, Swin, ConvNeXt, AlexNet, plain VGG have none)
 _BN_ARCH = re.compile(r"^(resnet|resnext|wide_resnet|densenet|vgg\d+_bn|mobilenet|efficientnet|regnet|"
@@ -120,3 +120,31 @@ def inference_only_loader(mod, facts, call: ast.Call) -> bool:
 def _callee(call: ast.Call) -> str:
     f = call.func
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+_ACCUM = re.compile(r"accum|update_freq|micro_?step|micro_?batch|iters_to_acc")
+
+
+def micro_step_backwards(mod, facts, does_backward) -> list[ast.Call]:
+    """``backward`` calls in a micro-step loop, ``for _ in range(grad_accum_every): ... backward()``, whose
+    optimizer step comes after the loop: gradients accumulate over the loop (lucidrains' trainers, many
+    Accelerate scripts)."""
+    out = []
+    for loop in mod.loops:
+        it = getattr(loop, "iter", None)
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and it.args):
+            continue
+        if not any(_ACCUM.search((dotted(n) or "").lower()) for a in it.args for n in ast.walk(a)
+                   if isinstance(n, (ast.Name, ast.Attribute))):
+            continue
+        body = [n for n in iter_body_nodes(loop.body) if isinstance(n, ast.Call)]
+        if any("optstep" in facts.call_features(n) for n in body):
+            continue
+        parent = mod.parent.get(id(loop))
+        block = next((getattr(parent, f) for f in ("body", "orelse", "finalbody")
+                      if isinstance(getattr(parent, f, None), list) and loop in getattr(parent, f)), [])
+        after = block[block.index(loop) + 1:] if loop in block else []
+        if not any(isinstance(n, ast.Call) and "optstep" in facts.call_features(n) for n in iter_body_nodes(after)):
+            continue
+        out += [n for n in body if does_backward(n) and not facts.under_if(n, loop)][:1]
+    return out
