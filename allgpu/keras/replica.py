@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
-from allgpu.errors import UnsupportedError
+from allgpu.errors import InputError, UnsupportedError
 from allgpu.keras.callbacks import wrap_callbacks
+from allgpu.keras.tf_data import is_tf_dataset
 from allgpu.keras.shard import ShardedInput, leading_size, make_input
 
 _SUM = ("sum",)
@@ -182,9 +183,24 @@ class KerasReplica:
                 v.assign(t)
 
     # -- fit / evaluate ----------------------------------------------------------------------------------------
-    def _input(self, x, y, sample_weight, batch_size, shuffle, class_weight=None, seed=0) -> ShardedInput:
+    def _input(self, x, y, sample_weight, batch_size, shuffle, class_weight=None, seed=0, *, steps=None,
+               steps_argument="steps", what="evaluate", policy=None) -> ShardedInput:
+        if is_tf_dataset(x):
+            from allgpu.keras.tf_data.keras_source import tf_data_source
+
+            if class_weight is not None:
+                raise InputError("class_weight with a tf.data.Dataset is not supported by allgpu. Fix: map each "
+                                 "batch to (x, y, sample_weight) in the pipeline.")
+            source = tf_data_source(x, y, sample_weight, batch_size, steps=steps, steps_argument=steps_argument,
+                                    what=what, num_replicas=self.world, rank=self.rank,
+                                    local_replicas=self.strategy._local_replicas(), all_reduce=self._all_reduce,
+                                    policy=policy)
+            return ShardedInput(source, self.strategy.device)
         return make_input(x, y, sample_weight, batch_size=batch_size, shuffle=shuffle, class_weight=class_weight,
                           num_replicas=self.world, rank=self.rank, device=self.strategy.device, seed=seed)
+
+    def _all_reduce(self, values: list, op: str) -> list:
+        return self.strategy.reduce(op, torch.tensor(values, dtype=torch.int64)).tolist()
 
     def _shared_seed(self) -> int:
         # numpy's global RNG on replica 0 (keras.utils.set_random_seed makes it reproducible), sent to all.
@@ -202,12 +218,18 @@ class KerasReplica:
         A collective (every replica calls it). Returns Keras's ``History`` with global metrics.
         """
         if validation_split and validation_data is None:
+            if is_tf_dataset(x):
+                raise InputError("validation_split cannot split a tf.data.Dataset (as in Keras). Fix: pass "
+                                 "validation_data=<another dataset>, e.g. from dataset.take(n) / dataset.skip(n).")
             (x, y, sample_weight), validation_data = _split_validation(x, y, sample_weight, validation_split)
         seed = self._shared_seed() if shuffle else 0
-        train = self._input(x, y, sample_weight, batch_size, shuffle, class_weight, seed)
+        train = self._input(x, y, sample_weight, batch_size, shuffle, class_weight, seed, steps=steps_per_epoch,
+                            steps_argument="steps_per_epoch", what="fit")
         val = None
         if validation_data is not None:
-            val = self._input(*_unpack(validation_data), validation_batch_size or batch_size, False)
+            val_batch = None if is_tf_dataset(validation_data) else validation_batch_size or batch_size
+            val = self._input(*_unpack(validation_data), val_batch, False, steps=validation_steps,
+                              steps_argument="validation_steps", what="validation")
         self._prepare(train)
         self._train_input = train
         self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_train_batch_end", "on_batch_end",
@@ -226,7 +248,7 @@ class KerasReplica:
         """``keras.Model.evaluate`` on every replica: each example is evaluated once, on one replica, and loss and
         metrics are reduced over all of them (equal to one replica's). A collective."""
         if not kwargs.get("_use_cached_eval_dataset"):
-            x = self._input(x, y, sample_weight, batch_size, False)
+            x = self._input(x, y, sample_weight, batch_size, False, steps=steps)
             self._prepare(x)
             self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_test_batch_end")
             y = sample_weight = batch_size = None
@@ -258,7 +280,7 @@ class KerasReplica:
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """``keras.Model.predict`` on every replica: each replica predicts its slices of every global batch and the
         outputs are gathered, in input order, on every replica (the same array everywhere). A collective."""
-        data = self._input(x, None, None, batch_size, False)
+        data = self._input(x, None, None, batch_size, False, steps=steps, what="predict", policy="DATA")
         self._prepare(data)
         local = self._predict(self.model, data, verbose=self._verbose(verbose), steps=steps, callbacks=callbacks)
         if self.world == 1:

@@ -30,20 +30,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 
 from allgpu.core.data import to_device
 from allgpu.errors import DatasetTypeError, InputError
-
-
-def slice_bounds(n: int, num_replicas: int, rank: int) -> tuple[int, int]:
-    """Replica ``rank``'s ``[lo, hi)`` of a global batch of ``n`` examples: contiguous, sizes differing by at most 1.
-
-    With fewer examples than replicas the replicas past the end get one example again (``rank % n``), as
-    ``DistributedSampler`` pads, so every replica has a batch to run.
-    """
-    if n < num_replicas:
-        i = rank % n
-        return i, i + 1
-    base, extra = divmod(n, num_replicas)
-    lo = rank * base + min(rank, extra)
-    return lo, lo + base + (1 if rank < extra else 0)
+from allgpu.keras.tf_data.split import slice_bounds
 
 
 def leading_size(batch: Any) -> int:
@@ -315,15 +302,12 @@ def make_input(x, y=None, sample_weight=None, *, batch_size: int | None, shuffle
         seed: the shuffle seed, identical on every replica.
 
     Raises:
-        ValueError / TypeError: inputs Keras would reject, with the reason. UnsupportedError: a ``tf.data`` dataset.
+        ValueError / TypeError: inputs Keras would reject, with the reason (a ``tf.data`` dataset is read by
+            :mod:`allgpu.keras.tf_data`, before this).
     """
     if isinstance(x, ShardedInput):
         return x
     hooks = None
-    if type(x).__module__.startswith("tensorflow"):
-        from allgpu.errors import UnsupportedError
-        raise UnsupportedError("a tf.data.Dataset cannot be split across allgpu replicas (they run PyTorch). Fix: "
-                               "pass NumPy arrays, torch tensors, a torch Dataset/DataLoader or a keras.utils.PyDataset.")
     nonarray = isinstance(x, (PyDataset, Dataset, DataLoader)) or (hasattr(x, "__next__") and hasattr(x, "__iter__"))
     if nonarray and (y is not None or sample_weight is not None):
         raise InputError(f"y / sample_weight cannot be passed with a {type(x).__name__} as x (as in Keras): it must "

@@ -13,6 +13,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from allgpu.errors import ArgumentError
+from allgpu.keras.tf_data import is_tf_dataset
 from allgpu.core.data import (DistributedDataset, PerReplicaInput, as_map_dataset, evaluation_shard,
                          per_replica_batch_size)
 from allgpu.runtime.live import check_supported
@@ -63,7 +64,9 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         model, optimizer: built inside ``strategy.scope()`` (a MirroredStrategy raises NotMirroredError otherwise).
         loss_fn: ``loss_fn(outputs, targets) -> scalar`` averaged over the batch (e.g. ``nn.CrossEntropyLoss()``).
         train_data: a map-style dataset of ``(x, y)`` examples (or a ``(x, y)`` tuple of tensors, or a DataLoader
-            whose dataset is used), or the result of ``strategy.distribute_dataset``.
+            whose dataset is used), the result of ``strategy.distribute_dataset``, or a ``tf.data`` dataset
+            batched by ``global_batch_size`` (split as ``tf.distribute`` splits it; ``shuffle``, ``seed`` and
+            ``num_workers`` are then the pipeline's own).
         global_batch_size: examples per micro-step across all replicas; must divide by ``num_replicas_in_sync``.
             With ``accumulation_steps=k`` the optimizer sees ``k * global_batch_size`` examples a step.
         metrics: names (``"accuracy"``) or callables ``fn(outputs, targets) -> (total, count)``.
@@ -107,8 +110,13 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     if optimizer_in_backward and mixed_precision == "fp16":
         raise ArgumentError("optimizer_in_backward=True with mixed_precision='fp16': the loss scaler must see every "
                             "gradient before any step. Fix: mixed_precision='bf16' or optimizer_in_backward=False.")
-    data = train_data if isinstance(train_data, (DistributedDataset, PerReplicaInput)) else \
-        strategy.distribute_dataset(train_data, global_batch_size, shuffle=shuffle, seed=seed, num_workers=num_workers)
+    if isinstance(train_data, (DistributedDataset, PerReplicaInput)):
+        data = train_data
+    elif is_tf_dataset(train_data):  # its batch(B) is the global batch; the pipeline shuffles (docs/tf_data.md)
+        data = strategy.distribute_dataset(train_data, global_batch_size)
+    else:
+        data = strategy.distribute_dataset(train_data, global_batch_size, shuffle=shuffle, seed=seed,
+                                           num_workers=num_workers)
     precision = Precision(strategy.device, mixed_precision)
     acc = strategy.accumulate(accumulation_steps)
     acc.reset()
@@ -174,7 +182,10 @@ def _compiled(model: torch.nn.Module, strategy: Strategy, compile: bool | dict) 
 
 
 def _steps_per_epoch(data, max_steps: int | None) -> int | None:
-    steps = len(data) if hasattr(data, "__len__") else None
+    try:
+        steps = len(data)
+    except TypeError:  # an iterable of unknown length (a generator, a filtered or infinite tf.data pipeline)
+        steps = None
     if max_steps is not None and steps is not None:
         steps = min(steps, max_steps)
     return steps

@@ -21,6 +21,7 @@ from allgpu.errors import ArgumentError, ArgumentTypeError
 from allgpu.runtime import live
 from allgpu.core.accumulate import Accumulation
 from allgpu import keras as keras_support
+from allgpu.keras.tf_data import distributed as tf_input, is_tf_dataset, limit_if_imported
 from allgpu.core.compiling import CompileOverlap, compile_model
 from allgpu.core.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput, batched_loader_settings
 from allgpu.core.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
@@ -53,6 +54,7 @@ class Strategy(TFNames):
         self._scope_depth = 0
         self._data_epochs = EpochCounter()
         live.register(self)
+        limit_if_imported(group.local_world_size)  # TensorFlow, if imported, keeps to this replica's cores
 
     # -- who and where -----------------------------------------------------------------------------------------
     @property
@@ -335,8 +337,13 @@ class Strategy(TFNames):
         common seed, with no communication. Defaults: ``shuffle=True``, ``drop_remainder=True``,
         ``num_workers="auto"``; a ``DataLoader`` given without ``global_batch_size`` is read as a batched
         ``tf.data`` dataset: its ``batch_size`` is the global batch and its shuffling, ``drop_last``,
-        ``collate_fn`` and ``num_workers`` are kept (:func:`allgpu.core.data.batched_loader_settings`).
+        ``collate_fn`` and ``num_workers`` are kept (:func:`allgpu.core.data.batched_loader_settings`). A
+        ``tf.data.Dataset`` is split as ``tf.distribute`` splits it: :mod:`allgpu.keras.tf_data.distributed`.
         """
+        if is_tf_dataset(dataset):
+            return tf_input.distribute_tf_dataset(self, dataset, global_batch_size, {
+                "shuffle": shuffle, "seed": seed, "num_workers": num_workers, "drop_remainder": drop_remainder,
+                "collate_fn": collate_fn})
         from_loader = global_batch_size is None and isinstance(dataset, DataLoader)
         global_batch_size, options = batched_loader_settings(
             dataset, global_batch_size, {"shuffle": shuffle, "num_workers": num_workers,
@@ -350,10 +357,14 @@ class Strategy(TFNames):
         """Call ``dataset_fn(input_context)`` on each replica; its iterable of per-replica batches is fed to the device.
 
         The function shards and batches for itself, using ``input_context.input_pipeline_id`` and
-        ``input_context.get_per_replica_batch_size(global_batch_size)``. Local.
+        ``input_context.get_per_replica_batch_size(global_batch_size)``. Local. A ``tf.data`` dataset it returns is
+        read as TensorFlow reads it there: not re-batched or sharded, its batches delivered as torch tensors.
         """
         context = InputContext(self.num_replicas_in_sync, self.replica_id_in_sync, self.num_replicas_in_sync)
-        return PerReplicaInput(dataset_fn(context), self.device, context)
+        dataset = dataset_fn(context)
+        if is_tf_dataset(dataset):
+            return tf_input.per_replica_tf_dataset(self, dataset, context)
+        return PerReplicaInput(dataset, self.device, context)
 
     def _local_replicas(self) -> int:
         return self._group.local_world_size

@@ -1,0 +1,112 @@
+"""tf.data reading in one process: what a dataset declares, the split per auto-shard policy, the errors."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from allgpu.errors import InputError, UnsupportedError
+from allgpu.keras.tf_data import is_tf_dataset
+
+
+def test_is_tf_dataset_never_imports_tensorflow():
+    assert not is_tf_dataset([1, 2]) and not is_tf_dataset(np.zeros(3))
+
+
+def test_missing_tensorflow_says_how_to_install(monkeypatch):
+    from allgpu.keras.tf_data.runtime import import_tensorflow
+
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # what `import tensorflow` meets when it is not installed
+    with pytest.raises(UnsupportedError, match=r"pip install 'allgpu\[tf\]'"):
+        import_tensorflow()
+
+
+tf = pytest.importorskip("tensorflow")
+
+from allgpu.keras.tf_data.distributed import to_torch  # noqa: E402
+from allgpu.keras.tf_data.facts import read_facts  # noqa: E402
+from allgpu.keras.tf_data.split import ReplicaStream, may_read_files  # noqa: E402
+
+
+def _same_everywhere(values, op):  # the all-reduce of replicas that all hold these values
+    return [v * 2 for v in values] if op == "sum" else list(values)
+
+
+def _split(dataset, replicas=2):
+    facts = read_facts(dataset)
+    return [[b.tolist() for _, b in ReplicaStream(dataset, facts, replicas, r, all_reduce=_same_everywhere).epoch()]
+            for r in range(replicas)]
+
+
+def test_facts_of_the_seed_pipelines():
+    x = np.zeros((100, 4), "float32")
+    ds = (tf.data.Dataset.from_tensor_slices((x, x[:, 0])).shuffle(10).map(lambda a, b: (a, b),
+          num_parallel_calls=tf.data.AUTOTUNE).cache().batch(32).prefetch(tf.data.AUTOTUNE))
+    facts = read_facts(ds)
+    assert (facts.global_batch_size, facts.cardinality, facts.policy) == (32, 4, "AUTO")
+    assert read_facts(ds.repeat()).infinite
+    after_map = tf.data.Dataset.from_tensor_slices({"a": x}).batch(8).map(lambda d: d["a"])
+    assert read_facts(after_map).global_batch_size is None  # batched, size read from the first batch
+
+
+@pytest.mark.parametrize("pipeline", [lambda d: d, lambda d: d.batch(4).unbatch()])
+def test_an_unbatched_dataset_is_refused(pipeline):
+    with pytest.raises(InputError, match=r"not batched .*\.batch\(global_batch_size\)"):
+        read_facts(pipeline(tf.data.Dataset.from_tensor_slices(np.zeros((10, 784), "float32"))))
+
+
+def test_data_gives_contiguous_slices_and_splits_a_partial_batch_near_equally():
+    assert _split(tf.data.Dataset.range(11).batch(4)) == [[[0, 1], [4, 5], [8, 9]], [[2, 3], [6, 7], [10]]]
+
+
+def test_off_cuts_each_global_batch_for_every_replica():
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    first, second = _split(tf.data.Dataset.range(8).batch(4).with_options(options))
+    assert first == second == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_a_global_batch_that_does_not_divide_is_refused():
+    with pytest.raises(InputError, match=r"batch of 6 .* 4 replicas\. Fix: \.batch\(4\) or \.batch\(8\)"):
+        _split(tf.data.Dataset.range(12).batch(6), replicas=4)
+
+
+def test_in_memory_pipelines_are_not_offered_to_file_sharding():
+    assert not may_read_files(tf.data.Dataset.from_tensor_slices(np.zeros(4)).shuffle(2).cache().batch(2))
+    assert may_read_files(tf.data.Dataset.from_tensor_slices(["a.tfrecord"]).interleave(tf.data.TFRecordDataset))
+    assert may_read_files(tf.data.TFRecordDataset(["a.tfrecord"]).batch(2))
+
+
+def test_batches_become_torch_tensors_keeping_their_structure():
+    import torch
+
+    batch = next(tf.data.Dataset.from_tensor_slices(({"a": np.ones((4, 2), "float32")}, np.arange(4), [b"x"] * 4))
+                 .batch(4).as_numpy_iterator())
+    (features, labels, names) = to_torch(batch)
+    assert isinstance(features["a"], torch.Tensor) and features["a"].shape == (4, 2) and labels.tolist() == [0, 1, 2, 3]
+    assert list(names) == [b"x"] * 4  # strings stay NumPy
+
+
+def test_allgpu_fit_trains_on_a_tf_data_pipeline_and_refuses_torch_only_options():
+    import torch
+
+    import allgpu
+    from allgpu.errors import ArgumentError
+
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 3)).astype("float32")
+    y = (x.sum(1) > 0).astype("int64")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=0).batch(16).prefetch(1)
+    with strategy.scope():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    history = allgpu.fit(model, optimizer, torch.nn.CrossEntropyLoss(), ds, epochs=3, global_batch_size=16,
+                         strategy=strategy, verbose=False)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    assert len(strategy.distribute_dataset(ds)) == 4
+    with pytest.raises(ArgumentError, match=r"shuffle=True.*the pipeline decides"):
+        strategy.distribute_dataset(ds, shuffle=True)
+    with pytest.raises(ArgumentError, match=r"global_batch_size=32, but .* batched by 16"):
+        strategy.distribute_dataset(ds, 32)
