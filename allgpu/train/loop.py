@@ -110,13 +110,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     if optimizer_in_backward and mixed_precision == "fp16":
         raise ArgumentError("optimizer_in_backward=True with mixed_precision='fp16': the loss scaler must see every "
                             "gradient before any step. Fix: mixed_precision='bf16' or optimizer_in_backward=False.")
-    if isinstance(train_data, (DistributedDataset, PerReplicaInput)):
-        data = train_data
-    elif is_tf_dataset(train_data):  # its batch(B) is the global batch; the pipeline shuffles (docs/tf_data.md)
-        data = strategy.distribute_dataset(train_data, global_batch_size)
-    else:
-        data = strategy.distribute_dataset(train_data, global_batch_size, shuffle=shuffle, seed=seed,
-                                           num_workers=num_workers)
+    data = _distributed(strategy, train_data, global_batch_size, shuffle, seed, num_workers)
     precision = Precision(strategy.device, mixed_precision)
     acc = strategy.accumulate(accumulation_steps)
     acc.reset()
@@ -179,6 +173,15 @@ def _compiled(model: torch.nn.Module, strategy: Strategy, compile: bool | dict) 
     if isinstance(compile, dict):
         return strategy.compile(model, **compile)
     raise ArgumentError(f"compile={compile!r}; expected True, False or a dict of torch.compile arguments.")
+
+
+def _distributed(strategy, train_data, global_batch_size, shuffle, seed, num_workers):
+    if isinstance(train_data, (DistributedDataset, PerReplicaInput)):
+        return train_data
+    if is_tf_dataset(train_data):  # its batch(B) is the global batch; the pipeline shuffles (docs/tf_data.md)
+        return strategy.distribute_dataset(train_data, global_batch_size)
+    return strategy.distribute_dataset(train_data, global_batch_size, shuffle=shuffle, seed=seed,
+                                       num_workers=num_workers)
 
 
 def _steps_per_epoch(data, max_steps: int | None) -> int | None:

@@ -3,10 +3,10 @@ given a ``tf.data`` dataset: this replica's batches as torch tensors on its devi
 
 ``distribute_dataset(dataset)`` splits as ``tf.distribute.Strategy.experimental_distribute_dataset`` does (see
 :mod:`allgpu.keras.tf_data` for the auto-shard policies): each step a replica gets ``B / N`` examples of the
-global batch B that ``dataset.batch(B)`` declares. A partial last global batch (``batch(B)`` without
-``drop_remainder=True``) is split near-equally, sizes differing by at most one, as TensorFlow splits it; with a
-per-replica *mean* loss that last step weighs replicas' examples slightly unequally, so for exact one-replica
-equivalence use ``drop_remainder=True`` or ``allgpu.compute_average_loss(per_example_loss, B)``.
+global batch B that ``dataset.batch(B)`` declares. A short last global batch (``batch(B)`` without
+``drop_remainder=True``) is split near-equally (a replica may get none, as in TensorFlow) and, as for torch
+datasets (:class:`allgpu.core.data.DistributedDataset`), the gradient synchroniser's ``weight`` is set for each
+delivered batch to the replica's share, so a per-replica mean loss still averages to one replica's.
 ``distribute_datasets_from_function(fn)``: ``fn(input_context)`` returns this replica's pipeline, already
 sharded and batched per replica (as in TensorFlow); its batches are delivered unchanged.
 """
@@ -18,11 +18,12 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from allgpu.core.data import InputContext, PerReplicaInput
+from allgpu.core.data import InputContext, PerReplicaInput, _DeviceFeed
+from allgpu.core.sampler import share_bounds
 from allgpu.errors import ArgumentError, DatasetTypeError
 from allgpu.keras.tf_data.facts import read_facts
 from allgpu.keras.tf_data.runtime import limit_tensorflow, with_thread_limit
-from allgpu.keras.tf_data.split import ReplicaStream
+from allgpu.keras.tf_data.split import ReplicaStream, leading_size
 
 
 def to_torch(batch: Any) -> Any:
@@ -41,13 +42,17 @@ def to_torch(batch: Any) -> Any:
 
 
 class _SplitBatches:
-    """Iterating runs one epoch of a :class:`ReplicaStream`, as torch batches; ``len`` is its steps per epoch."""
+    """Iterating runs one epoch of a :class:`ReplicaStream`: ``(gradient weight, torch batch)`` pairs, the weight
+    being this replica's share of the global batch times N; ``len`` is its steps per epoch."""
 
     def __init__(self, stream: ReplicaStream):
         self.stream = stream
 
     def __iter__(self) -> Iterator:
-        return (to_torch(batch) for _, batch in self.stream.epoch())
+        n = self.stream.num_replicas
+        for size, batch in self.stream.epoch():
+            mine = leading_size(batch) if size else 0
+            yield (n * mine / size if size else 1.0), to_torch(batch)
 
     def __len__(self) -> int:
         if self.stream.num_batches is None:
@@ -62,7 +67,7 @@ class _WholeBatches(_SplitBatches):
         self.dataset = dataset
 
     def __iter__(self) -> Iterator:
-        return (to_torch(batch) for batch in self.dataset.as_numpy_iterator())
+        return ((1.0, to_torch(batch)) for batch in self.dataset.as_numpy_iterator())
 
     def __len__(self) -> int:
         count = int(self.dataset.cardinality())
@@ -71,11 +76,36 @@ class _WholeBatches(_SplitBatches):
         return count
 
 
+class TFDataInput(PerReplicaInput):
+    """This replica's batches of a ``tf.data`` dataset on its device; iterate once per epoch (each iteration a new
+    pass of the pipeline). Each delivered batch sets the gradient synchroniser's ``weight`` for its backward."""
+
+    def __init__(self, batches: _SplitBatches, device, context: InputContext, sync):
+        super().__init__(batches, device, context)
+        self._sync = sync
+        self.global_batch_size: int | None = None
+        self.per_replica_batch_size: int | None = None
+
+    def __iter__(self) -> Iterator:
+        self.feed = _DeviceFeed(self.source, self.device)
+        return self._deliver(self.feed)
+
+    def _deliver(self, feed) -> Iterator:
+        try:
+            for weight, batch in feed:
+                if self._sync is not None:
+                    self._sync.weight = weight
+                yield batch
+        finally:
+            if self._sync is not None:
+                self._sync.weight = 1.0
+
+
 def _all_reduce(strategy):
     return lambda values, op: strategy.reduce(op, torch.tensor(values, dtype=torch.int64)).tolist()
 
 
-def distribute_tf_dataset(strategy, dataset, global_batch_size, options: dict) -> PerReplicaInput:
+def distribute_tf_dataset(strategy, dataset, global_batch_size, options: dict) -> TFDataInput:
     """``strategy.distribute_dataset(dataset)`` for a ``tf.data`` dataset; a collective under ``FILE``/``AUTO``.
 
     Args:
@@ -84,8 +114,8 @@ def distribute_tf_dataset(strategy, dataset, global_batch_size, options: dict) -
         options: the torch-dataset options of ``distribute_dataset`` (``shuffle``, ``seed``, ...): all must be unset.
 
     Returns:
-        A :class:`~allgpu.core.data.PerReplicaInput` (iterate once per epoch; each iteration is a new pass of the
-        pipeline) with ``global_batch_size`` and ``per_replica_batch_size`` attributes.
+        A :class:`TFDataInput` (a :class:`~allgpu.core.data.PerReplicaInput`) with ``global_batch_size`` and
+        ``per_replica_batch_size``.
 
     Raises:
         ArgumentError: an option that belongs in the pipeline, or a ``global_batch_size`` other than the dataset's.
@@ -103,14 +133,15 @@ def distribute_tf_dataset(strategy, dataset, global_batch_size, options: dict) -
                             f".batch({global_batch_size}) in the pipeline and no global_batch_size=.")
     threads = limit_tensorflow(strategy._local_replicas())
     n, rank = strategy.num_replicas_in_sync, strategy.replica_id_in_sync
-    stream = ReplicaStream(dataset, facts, n, rank, all_reduce=_all_reduce(strategy), threads=threads)
-    result = PerReplicaInput(_SplitBatches(stream), strategy.device, InputContext(n, rank, n))
+    stream = ReplicaStream(dataset, facts, n, rank, all_reduce=_all_reduce(strategy), threads=threads,
+                           bounds=share_bounds)
+    result = TFDataInput(_SplitBatches(stream), strategy.device, InputContext(n, rank, n), strategy.gradient_sync)
     result.global_batch_size = stream.global_batch_size
     result.per_replica_batch_size = None if stream.global_batch_size is None else stream.global_batch_size // n
     return result
 
 
-def per_replica_tf_dataset(strategy, dataset, context: InputContext) -> PerReplicaInput:
+def per_replica_tf_dataset(strategy, dataset, context: InputContext) -> TFDataInput:
     """What ``distribute_datasets_from_function`` returns when ``dataset_fn`` gives a ``tf.data`` dataset."""
     threads = limit_tensorflow(strategy._local_replicas())
-    return PerReplicaInput(_WholeBatches(with_thread_limit(dataset, threads)), strategy.device, context)
+    return TFDataInput(_WholeBatches(with_thread_limit(dataset, threads)), strategy.device, context, None)

@@ -97,6 +97,8 @@ class ReplicaStream:
         all_reduce: combines integers across replicas (a collective); None for one replica.
         threads: the tf.data thread pool of this replica (:func:`~allgpu.keras.tf_data.runtime.limit_tensorflow`).
         policy: overrides ``facts.policy`` (``predict`` reads ``DATA`` to return outputs in input order).
+        bounds: ``(n, N, r) -> (lo, hi)``, replica r's slice of a global batch of n: :func:`slice_bounds` (Keras,
+            at least one example each) or :func:`allgpu.core.sampler.share_bounds` (a replica may get none).
 
     Building it is a collective when the policy is ``FILE`` or ``AUTO`` on several replicas (the replicas agree
     whether file sharding works); so is each step under ``FILE``, and the first step of each epoch under ``DATA``
@@ -108,8 +110,9 @@ class ReplicaStream:
     """
 
     def __init__(self, dataset, facts: DatasetFacts, num_replicas: int, rank: int, *,
-                 all_reduce: AllReduce | None = None, threads: int | None = None, policy: str | None = None):
-        self.facts, self.num_replicas, self.rank = facts, num_replicas, rank
+                 all_reduce: AllReduce | None = None, threads: int | None = None, policy: str | None = None,
+                 bounds: Callable[[int, int, int], tuple[int, int]] = slice_bounds):
+        self.facts, self.num_replicas, self.rank, self.bounds = facts, num_replicas, rank, bounds
         self.all_reduce = all_reduce if num_replicas > 1 else None
         self.dataset = with_thread_limit(dataset, threads) if threads else dataset
         self.global_batch_size = facts.global_batch_size
@@ -188,7 +191,7 @@ class ReplicaStream:
         if self.mode == "FILE":
             return batch
         size = leading_size(batch)
-        lo, hi = slice_bounds(size, self.num_replicas, self.rank)
+        lo, hi = slice_bounds(size, self.num_replicas, self.rank)  # at least one example: shapes to build from
         return _slice(batch, lo, hi)
 
     def epoch(self) -> Iterator[tuple[int, Any]]:
@@ -205,10 +208,11 @@ class ReplicaStream:
                 check_divisible(size, self.num_replicas)
             if self.mode == "OFF":
                 for piece in range(self.num_replicas):
-                    lo, hi = slice_bounds(size, self.num_replicas, piece)
-                    yield (hi - lo) * self.num_replicas, _slice(batch, lo, hi)  # every replica has this piece
+                    lo, hi = self.bounds(size, self.num_replicas, piece)
+                    if hi > lo:  # every replica has this piece (an empty one of a short batch is skipped by all)
+                        yield (hi - lo) * self.num_replicas, _slice(batch, lo, hi)
             else:
-                lo, hi = slice_bounds(size, self.num_replicas, self.rank)
+                lo, hi = self.bounds(size, self.num_replicas, self.rank)
                 yield size, _slice(batch, lo, hi)
 
     def _file_epoch(self) -> Iterator[tuple[int, Any]]:
