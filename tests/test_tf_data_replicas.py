@@ -16,7 +16,8 @@ if keras.backend.backend() != "torch":
 import allgpu  # noqa: E402
 
 pytestmark = pytest.mark.replicas
-EXAMPLES, BATCH = 210, 32  # the last global batch has 18 examples: uneven over 4 replicas (5, 5, 4, 4)
+EXAMPLES, BATCH = 209, 32  # the last global batch has 17 examples: uneven on 2 (9, 8) and 4 (5, 4, 4, 4)
+LAST = EXAMPLES % BATCH
 
 
 def _data():
@@ -35,7 +36,7 @@ def _keras_part(strategy, tf):
         model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse", metrics=["mae"])
     history = model.fit(ds, epochs=3, verbose=0, validation_data=ds.take(2))  # trained outside scope(), for now
     final = model.evaluate(ds, verbose=0, return_dict=True)
-    predicted = model.predict(tf.data.Dataset.from_tensor_slices(x).batch(40), verbose=0)  # last batch: 10
+    predicted = model.predict(tf.data.Dataset.from_tensor_slices(x).batch(40), verbose=0)  # last batch: 9
     return {"weights": [w.copy() for w in model.get_weights()], "history": history.history, "final": final,
             "predicted": predicted}
 
@@ -44,7 +45,7 @@ def _loop_part(strategy, tf):
     import torch
 
     x, y = _data()
-    ds = tf.data.Dataset.from_tensor_slices({"x": x, "y": y}).batch(BATCH)  # last: 18, split 9/9 or 5/5/4/4
+    ds = tf.data.Dataset.from_tensor_slices({"x": x, "y": y}).batch(BATCH)  # the short last batch is split unevenly
     n = strategy.num_replicas_in_sync
     with strategy.scope():
         torch.manual_seed(0)
@@ -53,7 +54,7 @@ def _loop_part(strategy, tf):
 
     def step(batch):
         assert isinstance(batch, dict) and isinstance(batch["x"], torch.Tensor)
-        assert batch["x"].shape[0] in (BATCH // n, -(-18 // n), 18 // n) and batch["x"].shape[1:] == (6,)
+        assert batch["x"].shape[0] in (BATCH // n, -(-LAST // n), LAST // n) and batch["x"].shape[1:] == (6,)
         opt.zero_grad()
         torch.nn.functional.mse_loss(net(batch["x"]), batch["y"]).backward()
         opt.step()
@@ -69,6 +70,15 @@ def _loop_part(strategy, tf):
 
     for batch in strategy.distribute_datasets_from_function(dataset_fn):
         strategy.run(step, args=(batch,))
+
+    def tf_style_step(batch):  # TensorFlow's loss spelling: per-example losses over the global batch
+        opt.zero_grad()
+        per_example = (net(batch["x"]) - batch["y"]).square().mean(1)
+        allgpu.compute_average_loss(per_example, global_batch_size=BATCH).backward()
+        opt.step()
+
+    for batch in strategy.experimental_distribute_dataset(ds):  # the short last batch too
+        strategy.run(tf_style_step, args=(batch,))
     return [p.detach().numpy().copy() for p in net.parameters()]
 
 

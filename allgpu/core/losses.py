@@ -21,8 +21,9 @@ def compute_average_loss(per_example_loss: torch.Tensor, global_batch_size: int 
 
     Follows ``tf.nn.compute_average_loss``. The value returned on each replica is TensorFlow's (so
     ``strategy.reduce("sum", loss)`` is the mean over the global batch, as in TF's tutorials); its gradient
-    is scaled by ``num_replicas_in_sync`` so that, after allgpu averages gradients across replicas, every
-    replica holds the gradient one device computes on the whole global batch.
+    is scaled by ``num_replicas_in_sync`` (over the replica's gradient weight on a short last batch) so that,
+    after allgpu averages gradients across replicas, every replica holds the gradient one device computes on the
+    whole global batch.
 
     Args:
         per_example_loss: shape ``(b,)`` (or ``(b, ...)``: summed over every element), this replica's examples,
@@ -50,7 +51,10 @@ def compute_average_loss(per_example_loss: torch.Tensor, global_batch_size: int 
     if sample_weight is not None:
         per_example_loss = per_example_loss * sample_weight
     value = per_example_loss.sum() / global_batch_size
-    if replicas == 1:
+    # Forward: TF's value. Backward: N / w times its gradient, undone by allgpu's weighted average across N
+    # replicas (w: this replica's share of a short last batch times N, set by the distributed dataset; else 1).
+    weight = getattr(getattr(strategy, "gradient_sync", None), "weight", 1.0) or 1.0  # 0: the sync zeroes it
+    scale = replicas / weight
+    if scale == 1:
         return value
-    # Forward: TF's value. Backward: N times its gradient, undone by allgpu's averaging across N replicas.
-    return value + (replicas - 1) * (value - value.detach())
+    return value + (scale - 1) * (value - value.detach())
