@@ -538,3 +538,19 @@ model.evaluate(test_ds)
 """
     assert "TF007" not in ids(src)
     assert "TF007" in ids(src.replace("model.evaluate(test_ds)", "model.fit(test_ds)"))
+
+
+def test_tf001_tf007_later_snippet_that_no_longer_uses_the_strategy():
+    src = HEAD + """
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+    model.compile('adam', 'mse')
+model.fit(x, y, batch_size=B)
+# single-GPU comparison
+single = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+single.compile('adam', 'mse')
+single.fit(x, y, batch_size=64)
+"""
+    assert not {"TF001", "TF007"} & ids(src)
+    later_use = src + "print(strategy.num_replicas_in_sync)\n"
+    assert {"TF001", "TF007"} <= ids(later_use)

@@ -150,3 +150,42 @@ def _referenced_in_window(mod, fn, scope, start: int, stop: int | None, depth: i
                 "function", "tf_function", "no_grad", "staticmethod"):
             return True
     return False
+
+
+def after_strategy_ends(mod, facts, node: ast.AST) -> bool:
+    """A module-level statement after the last use of every tf.distribute strategy the file makes: a later,
+    unrelated snippet (a tutorial's single-device comparison), not code that runs under the strategy. Only said
+    when every strategy is a plain name used at module level only (a function using it may run at any time)."""
+    if _scope(mod, node) is not None:
+        return False
+    names = [n for n, fw in facts.strategy_names.items() if fw == "tf"]
+    if not names or any("." in n for n in names):
+        return False
+    loads = [u for n in names for u in _loads(mod).get(n, [])]
+    if any(_scope(mod, u) is not None for u in loads):
+        return False
+    used = [u for u in loads if isinstance(mod.parent.get(id(u)), ast.Attribute)
+            and mod.parent[id(u)].attr in ("scope", "run", "experimental_distribute_dataset",
+                                            "distribute_datasets_from_function")]
+    if not used:  # a strategy made and never used: forgetting its scope is the very pitfall, not a later snippet
+        return False
+    last = max([u.lineno for u in loads] + [c.lineno for c, fw, _ in facts.strategy_calls if fw == "tf"])
+    if node.lineno <= last:
+        return False
+    # and it never touches what was built under the strategy (an optimizer for the mirrored model is not unrelated)
+    return not any(u.lineno >= node.lineno for n in scoped_names(mod, facts) for u in _loads(mod).get(n, []))
+
+
+def scoped_names(mod, facts) -> set[str]:
+    """Bare names assigned inside a ``with strategy.scope():`` block."""
+    cached = mod.__dict__.get("_binding_scoped")
+    if cached is None:
+        cached = set()
+        for node in ast.walk(mod.tree):
+            if isinstance(node, (ast.With, ast.AsyncWith)) and any(facts.is_scope_expr(i.context_expr)
+                                                                   for i in node.items):
+                for st in ast.walk(node):
+                    if isinstance(st, ast.Name) and isinstance(st.ctx, ast.Store):
+                        cached.add(st.id)
+        mod.__dict__["_binding_scoped"] = cached
+    return cached

@@ -6,7 +6,7 @@ import ast
 
 from allgpu.lint import tfdata
 from allgpu.lint.facts import reachable_functions
-from allgpu.lint.binding import used_after
+from allgpu.lint.binding import after_strategy_ends, used_after
 from allgpu.lint.flow import call_site_note, nested_check, stack_targets, target_stmt, walk_scopes
 from allgpu.lint.resolve import const_str, dotted, iter_body_nodes, kwarg
 
@@ -94,6 +94,8 @@ def check_tf001(ctx) -> None:
             return
         st = target_stmt(stack)
         names = {n for n in stack_targets(stack) if used_after(ctx.mod, st, n, uses)}
+        if names and st is not None and after_strategy_ends(ctx.mod, facts, st):
+            return  # a later snippet that no longer uses the strategy
         if names and not _baseline_before_strategy(ctx, stack):
             site, where = call, ""
             owner = ctx.mod.owner(call) if ctx.mod.is_foreign(call) else None

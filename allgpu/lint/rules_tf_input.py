@@ -6,7 +6,7 @@ import ast
 
 from allgpu.lint import tfdata
 from allgpu.lint.astutil import star_kwarg
-from allgpu.lint.binding import name_loads
+from allgpu.lint.binding import after_strategy_ends, name_loads
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg
 
 
@@ -86,6 +86,9 @@ def check_tf007(ctx) -> None:
         elif f.attr == "fit":
             arg = kwarg(call, "batch_size")
             if _before_any_strategy(ctx, call) or _dataset_like(mod, call):
+                continue
+            st = next((a for a in mod.ancestors(call) if isinstance(a, ast.stmt)), call)
+            if after_strategy_ends(mod, facts, st):
                 continue
         else:
             continue
