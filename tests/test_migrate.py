@@ -353,3 +353,12 @@ def test_functions_given_to_map_are_input_code():
         """)
     assert [line for line, _ in _kinds(m, NOT_CONVERTED)] == [5]  # only latest_checkpoint: no tf.train.Checkpoint
     assert "Keras' weights" in _kinds(m, NOT_CONVERTED)[0][1] and "tf.cast(image, tf.float32)" in m.result
+
+
+def test_cli_migrates_a_folder(tmp_path, capsys):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("import tensorflow as tf\ns = tf.distribute.MirroredStrategy()\n")
+    (tmp_path / "b.py").write_text("import torch\n")
+    assert main(["migrate", "--no-diff", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "a.py:2: changed" in err and "b.py: nothing to migrate" in err

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -25,16 +26,29 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Rewrite what has a direct equivalent (tf.distribute strategies and cluster resolvers, tf.keras, "
                     "tf.train checkpoints, the tf.GradientTape step, imports); list everything else with its line "
                     "and why. Prints a unified diff; --write applies it. See docs/migrate.md.")
-    p.add_argument("paths", nargs="+", metavar="SCRIPT", help="Python scripts to migrate")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="Python scripts, or folders (their .py files, recursively)")
     p.add_argument("--write", action="store_true", help="replace each script with its migrated version (atomic)")
     p.add_argument("--no-diff", action="store_true", help="print only the notes, not the diff")
     return p
 
 
+def _scripts(paths: list[str]) -> tuple[str, ...]:
+    """Each path as given; a folder becomes its ``.py`` files, recursively, sorted (hidden folders skipped)."""
+    out: list[str] = []
+    for path in paths:
+        folder = Path(path)
+        if folder.is_dir():
+            out += sorted(str(p) for p in folder.rglob("*.py")
+                          if not any(part.startswith(".") for part in p.relative_to(folder).parts))
+        else:
+            out.append(path)
+    return tuple(out)
+
+
 def run(args: argparse.Namespace) -> int:
     from allgpu.migrate import migrate_file
 
-    cfg = MigrateConfig(tuple(args.paths), args.write, not args.no_diff)
+    cfg = MigrateConfig(_scripts(args.paths), args.write, not args.no_diff)
     complete = True
     for path in cfg.paths:
         migration = migrate_file(path, write=cfg.write)  # MigrateInputError: exit 2, from main
