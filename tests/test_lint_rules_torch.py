@@ -575,3 +575,52 @@ for step in range(steps):
     # the step inside the micro-step loop: not accumulation
     assert "PT006" not in ids(src.replace("        accelerator.backward(loss / grad_accum_every)\n",
                                           "        accelerator.backward(loss)\n        opt.step()\n"))
+
+
+
+def test_mp_spawn_worker_is_followed():
+    """The function given to mp.spawn is the training: its bare .cuda() is every rank on GPU 0; the rest (a
+    DistributedSampler with set_epoch, workers, a rank-0 save) is right and reported nothing."""
+    src = """
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+def train(rank, world_size):
+    dist.init_process_group(\"nccl\", rank=rank, world_size=world_size)
+    model = Net().cuda()
+    model = DDP(model, device_ids=[rank])
+    sampler = DistributedSampler(ds)
+    loader = DataLoader(ds, batch_size=32, sampler=sampler, num_workers=2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = model(x.cuda(rank)).sum()
+            loss.backward()
+            opt.step()
+    if rank == 0:
+        torch.save(model.state_dict(), \"m.pt\")
+
+if __name__ == \"__main__\":
+    mp.spawn(train, args=(4,), nprocs=4)
+"""
+    from allgpu.lint import check_source
+    assert [(f.rule_id, f.line) for f in check_source(src, "t.py")] == [("PT002", 11)]
+    fixed = src.replace("model = Net().cuda()", "torch.cuda.set_device(rank)\n    model = Net().cuda()")
+    assert check_source(fixed, "t.py") == []
+
+
+def test_pt003_iterable_datasets_take_no_sampler():
+    head = ("import torch\nimport torch.distributed as dist\nfrom torch.utils.data import DataLoader\n"
+            "from torch.nn.parallel import DistributedDataParallel as DDP\nfrom datasets import load_dataset\n"
+            "import webdataset as wds\ndist.init_process_group('nccl')\nmodel = DDP(net)\n")
+    loop = "for x in loader:\n    model(x).sum().backward()\n    opt.step()\n"
+    for ds in ("load_dataset('c4', split='train', streaming=True)", "wds.WebDataset(urls)",
+               "load_dataset('c4', split='train').to_iterable_dataset()"):
+        assert "PT003" not in ids(head + f"ds = {ds}\nloader = DataLoader(ds, batch_size=8, num_workers=2)\n" + loop)
+    assert "PT003" in ids(head + "ds = load_dataset('c4', split='train')\n"
+                                 "loader = DataLoader(ds, batch_size=8, num_workers=2)\n" + loop)

@@ -160,9 +160,8 @@ def check_pt003(ctx) -> None:
                 ctx.emit("PT003", call, "DataLoader under DDP with a non-distributed sampler: ranks see the same data")
             continue
         ds = call.args[0] if call.args else kwarg(call, "dataset")
-        cls = mod.local_class(ds.func) if isinstance(ds, ast.Call) else None
-        if cls is not None and any("IterableDataset" in b for b in mod.class_bases(cls)):
-            continue  # an iterable dataset shards itself
+        if torch_train.iterable_dataset(mod, ds):
+            continue  # an iterable dataset takes no sampler: it shards itself (or says so in its own docs)
         shuffle = star_kwarg(mod, call, "shuffle")[0]
         parent = mod.parent.get(id(call))
         names = [dotted(t) for t in parent.targets] if isinstance(parent, ast.Assign) else []

@@ -148,3 +148,27 @@ def micro_step_backwards(mod, facts, does_backward) -> list[ast.Call]:
             continue
         out += [n for n in body if does_backward(n) and not facts.under_if(n, loop)][:1]
     return out
+
+
+_ITERABLE_LIBS = ("webdataset.", "torchdata.", "datasets.IterableDataset", "torch.utils.data.IterableDataset",
+                  "torch.utils.data.datapipes", "streaming.StreamingDataset")
+
+
+def iterable_dataset(mod, ds: ast.expr | None, depth: int = 0) -> bool:
+    """``ds`` is an IterableDataset (directly, or through names): a class of the file or project deriving from
+    one, a library stream (WebDataset, torchdata pipes, MosaicML streaming), ``load_dataset(..., streaming=True)``
+    or ``.to_iterable_dataset()``. A DataLoader takes no sampler for those."""
+    if ds is None or depth > 3:
+        return False
+    if isinstance(ds, (ast.Name, ast.Attribute)):
+        return any(iterable_dataset(mod, v, depth + 1) for v in mod.values_of(ds)[:4])
+    if not isinstance(ds, ast.Call):
+        return False
+    qn = mod.qualname(ds.func) or ""
+    if qn.startswith(_ITERABLE_LIBS) or (isinstance(ds.func, ast.Attribute) and ds.func.attr == "to_iterable_dataset"):
+        return True
+    streaming = next((k.value for k in ds.keywords if k.arg == "streaming"), None)
+    if isinstance(streaming, ast.Constant) and streaming.value is True:
+        return True
+    cls = mod.local_class(ds.func)
+    return cls is not None and any("IterableDataset" in b for b in mod.class_bases(cls))
