@@ -554,3 +554,15 @@ single.fit(x, y, batch_size=64)
     assert not {"TF001", "TF007"} & ids(src)
     later_use = src + "print(strategy.num_replicas_in_sync)\n"
     assert {"TF001", "TF007"} <= ids(later_use)
+
+
+def test_tf011_keras_train_step_override_runs_in_a_tf_function():
+    src = HEAD + """
+class Model(tf.keras.Model):
+    def train_step(self, data):
+        return strategy.run(self._step, args=(data,))
+    def _step(self, data):
+        return data
+"""
+    assert "TF011" not in ids(src)
+    assert "TF011" in ids(src + "def loop(b):\n    return strategy.run(step, args=(b,))\ndef step(b):\n    return b\n")

@@ -293,6 +293,13 @@ _GRAPH_MODE = {"tensorflow.Session", "tensorflow.disable_eager_execution", "tens
                "tensorflow.InteractiveSession"}
 
 
+def _keras_compiled_step(mod, fn) -> bool:
+    """``train_step``/``test_step``/``predict_step`` of a Keras Model subclass: Keras runs it in a tf.function."""
+    cls = mod.parent.get(id(fn))
+    return (fn.name in ("train_step", "test_step", "predict_step") and isinstance(cls, ast.ClassDef)
+            and bool(mod.class_bases(cls) & _TF_MODEL_BASES))
+
+
 def check_tf011(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
     if not facts.has_strategy("tf", multi_device=False):
@@ -317,6 +324,6 @@ def check_tf011(ctx) -> None:
         else:
             name = targets[0].name
         outer = mod.enclosing_function(call)
-        if outer is not None and id(outer) in graph:
+        if outer is not None and (id(outer) in graph or _keras_compiled_step(mod, outer)):
             continue
         ctx.emit("TF011", call, f"strategy.run({name}) runs eagerly: wrap the step in @tf.function")
