@@ -60,8 +60,7 @@ KIND = {"000.1": "trains", "000.2": "trains", "000.3": "builds", "001.1": "build
         "001.3": "trains", "002.1": "trains", "002.2": "trains", "002.3": "trains", "003.1": "trains",
         "003.2": "trains", "003.3": "builds", "004.3": "trains",
         "case:custom_loop": "trains", "case:keras_functional": "trains"}
-WAITING = {"000.1": SCOPE, "001.2": SCOPE, "002.3": CKPT, "003.1": SCOPE, "003.2": SCOPE,
-           "004.3": SCOPE}
+WAITING = {"000.1": SCOPE, "001.2": SCOPE, "002.3": CKPT, "003.1": SCOPE, "003.2": SCOPE, "004.3": SCOPE}
 
 
 def _all():
