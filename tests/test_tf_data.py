@@ -1,6 +1,9 @@
 """tf.data reading in one process: what a dataset declares, the split per auto-shard policy, the errors."""
 
+import os
 import sys
+
+os.environ.setdefault("KERAS_BACKEND", "torch")  # before anything imports Keras (TensorFlow may)
 
 import numpy as np
 import pytest
@@ -110,3 +113,46 @@ def test_allgpu_fit_trains_on_a_tf_data_pipeline_and_refuses_torch_only_options(
         strategy.distribute_dataset(ds, shuffle=True)
     with pytest.raises(ArgumentError, match=r"global_batch_size=32, but .* batched by 16"):
         strategy.distribute_dataset(ds, 32)
+
+
+def _keras_model(strategy):
+    keras = pytest.importorskip("keras")
+    if keras.backend.backend() != "torch":
+        pytest.skip("Keras runs on another backend in this process")
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def test_keras_fit_reads_tf_data_and_names_what_a_dataset_cannot_take():
+    import allgpu
+
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    model = _keras_model(strategy)
+    x, y = np.ones((20, 3), "float32"), np.zeros((20, 2), "float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    assert len(model.fit(ds, epochs=2, verbose=0).history["loss"]) == 2
+    assert model.predict(ds.map(lambda a, b: a), verbose=0).shape == (20, 2)
+    assert len(model.fit(ds.repeat(), epochs=2, steps_per_epoch=5, verbose=0).history["loss"]) == 2
+    with pytest.raises(InputError, match=r"infinite .* so fit would never end\. Fix: pass steps_per_epoch="):
+        model.fit(ds.repeat(), epochs=1, verbose=0)
+    with pytest.raises(InputError, match=r"infinite .* so evaluate would never end\. Fix: pass steps="):
+        model.evaluate(ds.repeat(), verbose=0)
+    with pytest.raises(InputError, match=r"batch_size=8 cannot be passed with a tf.data.Dataset"):
+        model.fit(ds, batch_size=8, verbose=0)
+    with pytest.raises(InputError, match=r"validation_split cannot split a tf.data.Dataset"):
+        model.fit(ds, validation_split=0.2, verbose=0)
+
+
+def test_each_pipeline_gets_the_replica_share_of_threads_unless_it_chose_its_own():
+    from allgpu.keras.tf_data.runtime import cores_per_replica
+
+    ds = tf.data.Dataset.range(8).batch(4)
+    stream = ReplicaStream(ds, read_facts(ds), 1, 0, threads=3)
+    assert stream.dataset.options().threading.private_threadpool_size == 3
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = 5
+    own = ds.with_options(options)
+    assert ReplicaStream(own, read_facts(own), 1, 0, threads=3).dataset.options().threading.private_threadpool_size == 5
+    assert cores_per_replica(10 ** 6) == 1

@@ -2,6 +2,7 @@
 replicas equal one replica at the same global batch; the auto-shard policies split as tf.distribute does."""
 
 import os
+import warnings
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
@@ -108,7 +109,12 @@ def _policies_part(strategy, tf, folder):
     uneven = tf.data.Dataset.list_files(os.path.join(folder, "uneven", "*.tfrecord"), shuffle=False).interleave(
         tf.data.TFRecordDataset, cycle_length=1).batch(4)
     infinite = strategy.experimental_distribute_dataset(numbers.repeat())
+    own = tf.data.Dataset.range(16).map(lambda v: v + strategy.replica_id_in_sync).batch(8)  # differs per replica
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _values(strategy, own)
     return {
+        "different data warned": any("different first global batches" in str(w.message) for w in caught),
         "DATA": _values(strategy, _policy(tf, numbers, "DATA")),
         "AUTO slices": _values(strategy, numbers),
         "OFF": _values(strategy, _policy(tf, numbers, "OFF")),
@@ -188,6 +194,7 @@ def _check_policies(per_replica):
     # files giving replica 0 twelve records and replica 1 six: both stop after 3 steps, neither waits
     assert first["uneven files steps"] == second["uneven files steps"] == 3
     assert first["infinite first"] == [[0, 1, 2, 3], [8, 9, 10, 11], [0, 1, 2, 3]]
+    assert first["different data warned"] and not second["different data warned"]  # said once, by replica 0
     for r in per_replica:
         assert "AutoShardPolicy.FILE cannot shard" in r["FILE without files"] and "Fix:" in r["FILE without files"]
         assert "batch of 7" in r["indivisible"] and ".batch(6)" in r["indivisible"]

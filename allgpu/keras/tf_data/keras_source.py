@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 
 from allgpu.errors import InputError
 from allgpu.keras.shard import _Source
+from allgpu.keras.tf_data.distributed import to_torch
 from allgpu.keras.tf_data.facts import check_finite, read_facts
 from allgpu.keras.tf_data.runtime import limit_tensorflow
 from allgpu.keras.tf_data.split import ReplicaStream
@@ -29,10 +30,10 @@ class TFDataSource(_Source):
         self.partial = 0  # a partial last batch is only known when read; Keras counts it as a step either way
 
     def epoch(self, epoch: int) -> Iterator[tuple[int, Any]]:
-        return self.stream.epoch()
+        return ((size, to_torch(batch)) for size, batch in self.stream.epoch())
 
     def peek(self) -> Any:
-        return self.stream.peek()
+        return to_torch(self.stream.peek())
 
 
 def tf_data_source(dataset, y, sample_weight, batch_size, *, steps, steps_argument: str, what: str,
