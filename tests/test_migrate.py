@@ -362,3 +362,16 @@ def test_cli_migrates_a_folder(tmp_path, capsys):
     assert main(["migrate", "--no-diff", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert "a.py:2: changed" in err and "b.py: nothing to migrate" in err
+
+
+def test_model_outside_scope_in_a_main_function_beside_its_strategy_is_mirrored():
+    m = _migrate("""\
+        import tensorflow as tf
+
+        def main():
+            strategy = tf.distribute.MirroredStrategy()
+            model = tf.keras.models.load_model("m.keras")
+            model.fit(x, y)
+        """)
+    assert "    model = keras.models.load_model(\"m.keras\")\n    model = strategy.mirror(model)" in m.result
+    assert _kinds(m, FIXED)[0][0] == 5 and m.complete

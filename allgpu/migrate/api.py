@@ -68,7 +68,7 @@ def migrate_source(source: str, path: str = "script.py", *, lint: bool = True) -
     rename = Rename(aliases, _names_used(module), only, distributed=bool(found))
     rename.input_functions, rename.tf_checkpoints = script_facts(module, aliases)
     migrated = MetadataWrapper(module, unsafe_skip_copy=True).visit(rename)
-    fixes = model_notes(rename.models, rename.fixed, only, bool(found))
+    fixes = model_notes(rename.models, rename.fixed, only, bool(found), frozenset(rename.in_functions))
     migrated, imports = header.finish(migrated, aliases, _tf_import_line(source), source)
     left = [Note(line, NOT_CONVERTED, f"{_spelling(q, aliases)}: {names.why_not(q)}")
             for q, line in _first_per_line(rename.leftovers)]

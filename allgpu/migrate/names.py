@@ -135,5 +135,6 @@ def why_not(qualified: str) -> str:
 
 
 # Keras model constructors: a model built by one of these outside strategy.scope() is mirrored by migrate.
-KERAS_MODEL_CALLS = ("keras.Sequential", "keras.Model", "keras.models.Sequential", "keras.models.Model")
+KERAS_MODEL_CALLS = ("keras.Sequential", "keras.Model", "keras.models.Sequential", "keras.models.Model",
+                     "keras.models.load_model", "keras.saving.load_model")
 KERAS_MODEL_PREFIXES = ("keras.applications.",)

@@ -41,6 +41,7 @@ class Rename(cst.CSTTransformer):
         self._scopes = 0     # open `with <strategy>.scope():` blocks
         self._functions = 0  # open def/class bodies: a model built there may be called inside a scope
         self.models: dict[int, str] = {}  # line -> name: Keras models built outside any scope
+        self.in_functions: set[int] = set()  # the lines of those built inside a def
 
     # -- helpers ------------------------------------------------------------------------------------------------
     def _line(self, node: cst.CSTNode) -> int:
@@ -201,8 +202,10 @@ class Rename(cst.CSTTransformer):
 
     def leave_SimpleStatementLine(self, original, updated):
         pair = assigned_name(updated)
-        if pair and not self._scopes and not self._functions and keras_model_call(pair[1]):
+        if pair and not self._scopes and keras_model_call(pair[1]):
             self.models[self._line(original)] = pair[0]
+            if self._functions:  # a builder called inside a scope, perhaps: fixed only beside the strategy
+                self.in_functions.add(self._line(original))
         return updated
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:

@@ -67,12 +67,15 @@ def insert_mirrors(stmts: list, lines: list[int], models: dict[int, str], strate
 
 
 def model_notes(models: dict[int, str], fixed: set[int], strategy: tuple[str, int] | None,
-                has_strategy: bool) -> list[Note]:
-    """A ``fixed`` note per model mirrored, a ``not converted`` one per model left outside the scope."""
+                has_strategy: bool, in_functions: frozenset[int] = frozenset()) -> list[Note]:
+    """A ``fixed`` note per model mirrored, a ``not converted`` one per model left outside the scope (one built in
+    a function without the strategy beside it may be called inside a scope: nothing is said of it)."""
     if not has_strategy:
         return []  # no strategy at all: a one-device script, nothing to mirror
     notes = []
     for line, model in sorted(models.items()):
+        if line in in_functions and line not in fixed:
+            continue
         if line in fixed:
             notes.append(Note(line, FIXED, f"`{model}` was built outside strategy.scope() (TensorFlow would train "
                                            f"it on one device): added `{model} = {strategy[0]}.mirror({model})`, "
