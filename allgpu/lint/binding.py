@@ -34,9 +34,9 @@ def _names(mod) -> tuple[dict[str, list[ast.Name]], dict[str, list[ast.Name]]]:
     if index is None:
         stores: dict[str, list[ast.Name]] = {}
         loads: dict[str, list[ast.Name]] = {}
-        for node in ast.walk(mod.tree):
-            if type(node) is ast.Name:
-                (stores if type(node.ctx) is ast.Store else loads).setdefault(node.id, []).append(node)
+        for name, nodes in mod.name_nodes.items():
+            for node in nodes:
+                (stores if type(node.ctx) is ast.Store else loads).setdefault(name, []).append(node)
         index = mod.__dict__["_binding_names"] = (stores, loads)
     return index
 

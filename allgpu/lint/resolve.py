@@ -102,6 +102,7 @@ class Module:
         self.parent: dict[int, ast.AST] = {}
         self.attrs: dict[str, list[ast.Attribute]] = {}
         self.name_ids: set[str] = set()
+        self.name_nodes: dict[str, list[ast.Name]] = {}  # every bare-name node, by name
         self.loops: list[ast.For | ast.AsyncFor | ast.While] = []
         self.subscript_assigns: list[tuple[ast.Subscript, ast.expr]] = []
         self.compile_watch: list[ast.AST] = []  # the rare nodes compile_check looks at
@@ -119,6 +120,7 @@ class Module:
                 self.loops.append(node)
             elif kind == "name":
                 self.name_ids.add(node.id)
+                self.name_nodes.setdefault(node.id, []).append(node)
             elif kind in ("import", "from"):
                 self._index_import(node)
             elif kind == "assign":

@@ -69,7 +69,10 @@ def _helper_forward(mod, call: ast.Call, names: set[str], depth: int = 0) -> str
     """The sharded name a local function runs forward when called as ``call`` (argument or global)."""
     if depth > 2:
         return None
-    for fn in mod.local_functions(call.func):
+    fns = mod.local_functions(call.func)
+    if not fns:
+        return None
+    for fn in fns:
         params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
         given = {p: dotted(a) for p, a in zip(params, call.args) if dotted(a) in names}
         given |= {k.arg: dotted(k.value) for k in call.keywords if k.arg and dotted(k.value) in names}
@@ -101,7 +104,10 @@ def check_pt012(ctx) -> None:
     names = sharded_names(ctx)
     if not names:
         return
+    guarded = _under_rank_tests(mod)
     for call, qn in mod.calls:
+        if id(call) not in guarded:
+            continue
         name, via = _forward_of(call, names), ""
         if name is None and qn is None:
             name = _helper_forward(mod, call, names)
@@ -114,6 +120,16 @@ def check_pt012(ctx) -> None:
         ctx.emit("PT012", call, f"`{name}` is sharded and its forward{via} runs only in the {branch}"
                                 f"`if {test}:` at line {guard.lineno}: the other replicas never join its "
                                 "all-gathers, so the job hangs")
+
+
+def _under_rank_tests(mod) -> set[int]:
+    """ids of the calls inside some ``if`` whose test names a rank (either branch)."""
+    out: set[int] = set()
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.If) and rank_kinds(node.test, mod):
+            for st in (*node.body, *node.orelse):
+                out |= {id(n) for n in ast.walk(st) if isinstance(n, ast.Call)}
+    return out
 
 
 def _inside(mod, node: ast.AST, stmt: ast.stmt) -> bool:
