@@ -375,3 +375,23 @@ def test_model_outside_scope_in_a_main_function_beside_its_strategy_is_mirrored(
         """)
     assert "    model = keras.models.load_model(\"m.keras\")\n    model = strategy.mirror(model)" in m.result
     assert _kinds(m, FIXED)[0][0] == 5 and m.complete
+
+
+def test_tf2_aliases_of_keras_modules():
+    m = _migrate("""\
+        import tensorflow as tf
+        opt = tf.optimizers.SGD(0.1)
+        loss = tf.losses.MeanSquaredError()
+        """)
+    assert "opt = keras.optimizers.SGD(0.1)" in m.result and "loss = keras.losses.MeanSquaredError()" in m.result
+
+
+def test_lint_errors_left_in_the_result_are_reported():
+    m = _migrate("""\
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+        for batch in ds:
+            strategy.run(step, args=(batch,))
+        """)
+    assert not m.complete and "allgpu lint finds 1 error(s)" in m.report()

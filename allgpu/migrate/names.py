@@ -9,6 +9,11 @@ from __future__ import annotations
 # A TensorFlow name with a direct allgpu or Keras 3 equivalent: the call's meaning is unchanged.
 RENAMES: dict[str, str] = {
     "tensorflow.keras": "keras",
+    # TensorFlow 2's own aliases of tf.keras modules
+    "tensorflow.optimizers": "keras.optimizers",
+    "tensorflow.losses": "keras.losses",
+    "tensorflow.metrics": "keras.metrics",
+    "tensorflow.initializers": "keras.initializers",
     "tensorflow.distribute.MirroredStrategy": "allgpu.MirroredStrategy",
     "tensorflow.distribute.MultiWorkerMirroredStrategy": "allgpu.MultiWorkerMirroredStrategy",
     "tensorflow.distribute.experimental.MultiWorkerMirroredStrategy": "allgpu.MultiWorkerMirroredStrategy",

@@ -76,10 +76,14 @@ class Migration:
         lines = [f"{self.path}:{','.join(map(str, sorted(set(at))))}: {kind}: {message}"
                  for (kind, message), at in grouped.items()]
         left = sum(n.kind == NOT_CONVERTED for n in self.notes)
+        errors = sum(n.kind == LINT and n.message.startswith("error") for n in self.notes)
         if not self.changed and not self.notes:
             lines.append(f"{self.path}: nothing to migrate (no TensorFlow names)")
         elif left:
             lines.append(f"{self.path}: {left} thing(s) not converted: see the lines above; the rest is migrated")
         else:
             lines.append(f"{self.path}: migrated; everything had a direct equivalent")
+        if errors:
+            lines.append(f"{self.path}: allgpu lint finds {errors} error(s) in the result (the `lint: error` lines; "
+                         "`allgpu lint --explain ID` shows the fix)")
         return "\n".join(lines) + "\n"

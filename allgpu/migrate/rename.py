@@ -89,7 +89,7 @@ class Rename(cst.CSTTransformer):
                 break  # it finds tf.train.Checkpoint files; without one it looks for Keras' weights: not ours
             if prefix in names.RENAMES and not self._missing_in_keras3(qualified):
                 target = ".".join([names.RENAMES[prefix], *parts[cut:]])
-                if names.RENAMES[prefix] == "keras" and keras_api.exists(target) is False:
+                if names.RENAMES[prefix].split(".")[0] == "keras" and keras_api.exists(target) is False:
                     break  # a Keras 2 name Keras 3 dropped: rewriting it would only move the failure
                 if names.RENAMES[prefix] not in names.STRATEGY_ARGS:  # strategies are noted where they are called
                     self.note(original, CHANGED, f"{text} -> {target}")
