@@ -50,6 +50,8 @@ def test_facts_of_the_seed_pipelines():
     assert read_facts(ds.repeat()).infinite
     after_map = tf.data.Dataset.from_tensor_slices({"a": x}).batch(8).map(lambda d: d["a"])
     assert read_facts(after_map).global_batch_size is None  # batched, size read from the first batch
+    files = tf.data.Dataset.list_files(__file__, shuffle=False).interleave(tf.data.TFRecordDataset).batch(4)
+    assert read_facts(files.map(lambda r: r).map(lambda r: r)).global_batch_size is None  # found past list_files
 
 
 @pytest.mark.parametrize("pipeline", [lambda d: d, lambda d: d.batch(4).unbatch()])

@@ -55,7 +55,8 @@ def _last_batching_op(dataset) -> str | None:
     graph.ParseFromString(dataset._as_serialized_graph().numpy())  # the pipeline as TensorFlow serialises it
     nodes = {n.name: n for n in graph.node}
     consumed = {i.split(":")[0].lstrip("^") for n in graph.node for i in n.input}
-    outputs = [n for n in graph.node if n.name not in consumed]  # the _Retval that returns the dataset
+    outputs = [n for n in graph.node if n.op == "_Retval"] or \
+        [n for n in graph.node if n.name not in consumed and n.op.endswith("Dataset")]  # what returns the dataset
     node = outputs[0] if outputs else None
     while node is not None:
         if node.op in _BATCHING:

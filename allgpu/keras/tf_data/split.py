@@ -169,8 +169,10 @@ class ReplicaStream:
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.FILE
         sharded = input_ops.auto_shard_dataset(self.dataset.with_options(options), self.num_replicas, self.rank,
                                                self.num_replicas)
-        if self.global_batch_size is None:
-            return sharded  # batch size unknown statically: each replica keeps its files' batches
+        if self.global_batch_size is None:  # not known statically: each batch cut in N, as tf.distribute does then
+            from tensorflow.python.data.experimental.ops.distribute import _LegacyRebatchDataset
+
+            return _LegacyRebatchDataset(sharded, self.num_replicas)
         return sharded.rebatch(self.global_batch_size // self.num_replicas)
 
     # -- reading -----------------------------------------------------------------------------------------------
