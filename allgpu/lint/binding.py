@@ -11,6 +11,7 @@ from another function's body (where the order cannot be told).
 from __future__ import annotations
 
 import ast
+import bisect
 
 
 def _scope(mod, node: ast.AST):
@@ -57,9 +58,20 @@ def name_loads(mod) -> dict[str, list[ast.Name]]:
 def _window_end(mod, stmt: ast.stmt, name: str) -> int | None:
     """The line of the next assignment to ``name`` in ``stmt``'s own function (or module), None if none."""
     end = getattr(stmt, "end_lineno", stmt.lineno) or stmt.lineno
-    scope = _scope(mod, stmt)
-    later = [n.lineno for n in _stores(mod).get(name, []) if n.lineno > end and _scope(mod, n) is scope]
-    return min(later) if later else None
+    lines = _store_lines(mod, name).get(id(_scope(mod, stmt)), [])
+    i = bisect.bisect_right(lines, end)
+    return lines[i] if i < len(lines) else None
+
+
+def _store_lines(mod, name: str) -> dict[int, list[int]]:
+    """id(function or None) -> sorted lines where ``name`` is assigned in that function (cached)."""
+    cache = mod.__dict__.setdefault("_binding_store_lines", {})
+    if name not in cache:
+        by_scope: dict[int, list[int]] = {}
+        for n in _stores(mod).get(name, []):
+            by_scope.setdefault(id(_scope(mod, n)), []).append(n.lineno)
+        cache[name] = {k: sorted(v) for k, v in by_scope.items()}
+    return cache[name]
 
 
 def _in_window(line: int, start: int, stop: int | None) -> bool:
@@ -109,9 +121,7 @@ def _returned_and_used(mod, stmt: ast.stmt, name: str, all_uses: dict, depth: in
     fn = _scope(mod, stmt)
     if fn is None or depth >= 3:
         return False
-    returns = any(isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id == name
-                  for n in ast.walk(fn))
-    if not returns:
+    if name not in _returned_names(mod, fn):
         return False
     owner = mod.owner(fn) if mod.is_foreign(fn) else None
     sites = mod.callers(fn) if owner is None else [c for c, _ in mod.calls if fn in mod.local_functions(c.func)]
@@ -122,6 +132,13 @@ def _returned_and_used(mod, stmt: ast.stmt, name: str, all_uses: dict, depth: in
                 if isinstance(t, ast.Name) and used_after(mod, site, t.id, all_uses, depth + 1):
                     return True
     return False
+
+
+def _returned_names(mod, fn) -> set[str]:
+    cache = mod.__dict__.setdefault("_binding_returns", {})
+    if id(fn) not in cache:
+        cache[id(fn)] = {n.value.id for n in ast.walk(fn) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)}
+    return cache[id(fn)]
 
 
 def _chain(mod, fn, top):

@@ -33,7 +33,8 @@ def sharded_names(ctx) -> set[str]:
     mod = ctx.mod
     out: set[str] = set()
     for call, qn in mod.calls:
-        last = (qn or dotted(call.func) or "").rsplit(".", 1)[-1]
+        f = call.func
+        last = qn.rsplit(".", 1)[-1] if qn else f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
         if last in _FSDP_WRAP:
             st = next((a for a in mod.ancestors(call) if isinstance(a, ast.stmt)), None)
             if isinstance(st, ast.Assign) and st.value is call:
@@ -56,8 +57,13 @@ def _optimizer(mod, call: ast.Call) -> bool:
     return qn.startswith(("torch.optim", "torch.nn.", "torch.utils.data")) or "Loss" in qn
 
 
-def _forward_of(node: ast.Call, names: set[str]) -> str | None:
+def _forward_of(node: ast.Call, names: set[str], tails: set[str] | None = None) -> str | None:
+    """The sharded name ``node`` runs forward (``model(x)``, ``model.generate(...)``); ``tails``: the last part
+    of each name, to skip most calls at once."""
     f = node.func
+    tail = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+    if tails is not None and tail not in _FORWARD_ATTRS and tail not in tails:
+        return None
     if dotted(f) in names:
         return dotted(f)
     if isinstance(f, ast.Attribute) and f.attr in _FORWARD_ATTRS and dotted(f.value) in names:
@@ -91,9 +97,13 @@ def _helper_forward(mod, call: ast.Call, names: set[str], depth: int = 0) -> str
 
 def _rank_guard(mod, node: ast.AST) -> ast.If | None:
     """The nearest enclosing ``if`` whose test names a rank (either branch: both run on a subset)."""
+    memo = mod.__dict__.setdefault("_pt012_rank_if", {})
     for anc in mod.ancestors(node):
-        if isinstance(anc, ast.If) and rank_kinds(anc.test, mod):
-            return anc
+        if isinstance(anc, ast.If):
+            if id(anc) not in memo:
+                memo[id(anc)] = bool(rank_kinds(anc.test, mod))
+            if memo[id(anc)]:
+                return anc
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return None
     return None
@@ -104,32 +114,25 @@ def check_pt012(ctx) -> None:
     names = sharded_names(ctx)
     if not names:
         return
-    guarded = _under_rank_tests(mod)
+    tails = {n.rsplit(".", 1)[-1] for n in names}
     for call, qn in mod.calls:
-        if id(call) not in guarded:
+        name, via = _forward_of(call, names, tails), ""
+        if name is None and (qn is not None or not isinstance(call.func, (ast.Name, ast.Attribute))
+                             or not mod.local_functions(call.func)):
             continue
-        name, via = _forward_of(call, names), ""
-        if name is None and qn is None:
+        guard = _rank_guard(mod, call)  # cheap enough now: only forwards and calls of local functions get here
+        if guard is None:
+            continue
+        if name is None:
             name = _helper_forward(mod, call, names)
             via = f" (inside {dotted(call.func)}())"
-        guard = _rank_guard(mod, call) if name is not None else None
-        if guard is None:
+        if name is None:
             continue
         branch = "else branch of " if any(call is n or _inside(mod, call, n) for n in guard.orelse) else ""
         test = ast.unparse(guard.test) if hasattr(ast, "unparse") else "a rank test"
         ctx.emit("PT012", call, f"`{name}` is sharded and its forward{via} runs only in the {branch}"
                                 f"`if {test}:` at line {guard.lineno}: the other replicas never join its "
                                 "all-gathers, so the job hangs")
-
-
-def _under_rank_tests(mod) -> set[int]:
-    """ids of the calls inside some ``if`` whose test names a rank (either branch)."""
-    out: set[int] = set()
-    for node in ast.walk(mod.tree):
-        if isinstance(node, ast.If) and rank_kinds(node.test, mod):
-            for st in (*node.body, *node.orelse):
-                out |= {id(n) for n in ast.walk(st) if isinstance(n, ast.Call)}
-    return out
 
 
 def _inside(mod, node: ast.AST, stmt: ast.stmt) -> bool:
