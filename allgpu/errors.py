@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 
 class AllGpuError(Exception):
     """Base class for every error allgpu raises on purpose."""
@@ -112,3 +116,32 @@ class DatasetTypeError(AllGpuError, TypeError):
 
 class MigrateInputError(AllGpuError, ValueError):
     """A script ``allgpu migrate`` cannot read or parse (missing, not UTF-8, not valid Python); nothing was changed."""
+
+
+class DataMismatchError(InputError):
+    """Replicas built different data (a different length, or different examples at the same index): data prepared
+    with unseeded randomness before the strategy started, where each replica runs the script with its own random
+    state. The message names the difference and the fix (seed it, or build it after the strategy starts)."""
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_LIBRARIES = (f"{os.sep}torch{os.sep}", f"{os.sep}keras{os.sep}", f"{os.sep}contextlib.py", "<frozen ")
+
+
+def _not_users(path: str) -> bool:
+    return path.startswith(_PACKAGE) or any(part in path for part in _LIBRARIES)
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` attributed to the user's line: the innermost caller outside allgpu, torch and Keras
+    (``stacklevel`` computed, not guessed, so the location stays right however deep the call came from)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and _not_users(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level + 1 if frame is not None else 2)
+
+
+class ShardedForwardError(AllGpuError, RuntimeError):
+    """Under ``FullyShardedStrategy`` replicas ran the sharded model's forward from different places (a forward on
+    some replicas only, as evaluation under ``if strategy.is_chief:``): a forward all-gathers parameters from every
+    replica, so it is a collective. The message names each replica's line and the fix."""

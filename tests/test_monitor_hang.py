@@ -63,7 +63,7 @@ def test_sigusr1_to_replica_0_makes_every_replica_report_then_the_timeout_names_
     zero = err[err.index("hang report from replica 0"):]
     zero = zero[: zero.index("\nallgpu: hang report from replica 1")] if "hang report from replica 1" in zero else zero
     assert "replica 0 waited" in zero and f"all_reduce(sum) [[]] at test_monitor_hang.py:{skipped_line}" in zero
-    assert f"replica 1 is behind, at collective #2 all_reduce(sum) [[]] at test_monitor_hang.py:{first_line}" in zero
+    assert f"replica 1 is behind, at collective #3 all_reduce(sum) [[]] at test_monitor_hang.py:{first_line}" in zero
     assert "verdict: replica 1 is behind" in zero
     assert "this replica's main thread is at:" in zero and "_run" in zero
 
@@ -72,7 +72,7 @@ def test_sigusr1_to_replica_0_makes_every_replica_report_then_the_timeout_names_
     assert "time.sleep" in one  # where replica 1 really is
     view = err[err.index("job view from replica 0"):]
     # No step monitor here, so the step is unknown ("?").
-    assert f"replica 0: step ?, waiting in collective #3 all_reduce(sum), at test_monitor_hang.py:{skipped_line}" in view
+    assert f"replica 0: step ?, waiting in collective #4 all_reduce(sum), at test_monitor_hang.py:{skipped_line}" in view
     assert "verdict: replica 1 is not in the collective that replica(s) 0 wait in" in view
 
     # And the timeout still fires, naming replica 1, the collective and the line, within timeout + 10 s.

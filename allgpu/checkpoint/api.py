@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from allgpu.checkpoint.state import (
     load_optimizer,
     param_names,
 )
-from allgpu.errors import ArgumentError, ArgumentTypeError, CheckpointError
+from allgpu.errors import ArgumentError, ArgumentTypeError, CheckpointError, warn_user
 from allgpu.runtime.live import check_supported
 from allgpu.runtime.interrupt import note_checkpoints
 
@@ -277,7 +276,7 @@ def restore(
             return _load(entry.path, model, optimizer, map_location, strict)
         except CorruptCheckpointError as exc:
             problems.append(str(exc))
-            warnings.warn(f"allgpu: skipping checkpoint {exc}. Falling back to the previous one.", stacklevel=2)
+            warn_user(f"allgpu: skipping checkpoint {exc}. Falling back to the previous one.")
     found = f"all {len(problems)} found are corrupt ({'; '.join(problems)})" if problems else "it holds none"
     raise CheckpointError(
         f"no valid checkpoint in {path}: {found}. Expected files named ckpt-<step>.pt or folders "
@@ -346,10 +345,8 @@ def restore_rng(state: CheckpointState, rank: int) -> None:
     if state.rng_states is None:
         return
     if rank >= len(state.rng_states):
-        warnings.warn(
+        warn_user(
             f"allgpu: checkpoint {state.path} has RNG states for {len(state.rng_states)} replicas, none for "
-            f"rank {rank}; its RNGs keep their current state (resume is exact only for data order).",
-            stacklevel=2,
-        )
+            f"rank {rank}; its RNGs keep their current state (resume is exact only for data order).")
         return
     apply_rng(state.rng_states[rank])

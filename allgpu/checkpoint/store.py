@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import shutil
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from allgpu.checkpoint.format import (
     sha256_of,
     verify_file,
 )
-from allgpu.errors import CheckpointError
+from allgpu.errors import CheckpointError, warn_user
 
 MANIFEST = "MANIFEST"
 _NAME = re.compile(r"^ckpt-(\d{9,})(\.pt)?$")
@@ -141,10 +140,8 @@ def latest(directory: Path, *, warn: bool = True) -> Path | None:
             verify(entry.path, use_cache=False)
         except CorruptCheckpointError as exc:
             if warn:
-                warnings.warn(
-                    f"allgpu: skipping checkpoint {exc}. Falling back to the previous one.",
-                    stacklevel=3,
-                )
+                warn_user(
+                    f"allgpu: skipping checkpoint {exc}. Falling back to the previous one.")
             continue
         return entry.path
     return None
@@ -164,8 +161,8 @@ def move_aside(path: Path, reason: str = "") -> Path:
     while target.exists():
         target, n = target_dir / f"{path.name}.{n}", n + 1
     path.rename(target)
-    warnings.warn(f"allgpu: checkpoint {path} failed verification{': ' + reason if reason else ''}; moved to "
-                  f"{target} (not deleted).", stacklevel=3)
+    warn_user(f"allgpu: checkpoint {path} failed verification{': ' + reason if reason else ''}; moved to "
+                  f"{target} (not deleted).")
     return target
 
 

@@ -16,7 +16,6 @@ examples not yet seen.
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
@@ -25,8 +24,9 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from allgpu.devices.advice import workers_here
 from allgpu.core.data_rng import SeededExamples, loader_generator, seeded
+from allgpu.core.one_program import fingerprint
 from allgpu.core.sampler import ShardSampler, per_replica_batch_size
-from allgpu.errors import ArgumentError, DatasetTypeError, InputError
+from allgpu.errors import ArgumentError, DatasetTypeError, InputError, warn_user
 
 
 @dataclass(frozen=True)
@@ -126,9 +126,9 @@ def as_map_dataset(data):
     """Accept what PyTorch users hand over: a map-style dataset as is; a ``DataLoader``'s dataset (its sampler and
     batch size are replaced, with a warning); a tuple of equally long tensors as a ``TensorDataset``."""
     if isinstance(data, DataLoader):
-        warnings.warn(f"distributing the DataLoader's dataset ({type(data.dataset).__name__}): its sampler and "
+        warn_user(f"distributing the DataLoader's dataset ({type(data.dataset).__name__}): its sampler and "
                       f"batch_size={data.batch_size} are replaced by allgpu's shards of the global batch.",
-                      UserWarning, stacklevel=3)
+                      UserWarning)
         return data.dataset
     if isinstance(data, (tuple, list)) and data and all(isinstance(t, torch.Tensor) for t in data):
         if len({t.shape[0] for t in data}) != 1:
@@ -188,7 +188,7 @@ class DistributedDataset:
     def __init__(self, dataset: Dataset, *, global_batch_size: int, num_replicas: int, rank: int,
                  device: torch.device, shuffle: bool = True, seed: int = 0, num_workers: int | str = "auto",
                  drop_remainder: bool = True, local_replicas: int | None = None, collate_fn: Callable | None = None,
-                 epochs: EpochCounter | None = None, sync: Any = None):
+                 epochs: EpochCounter | None = None, sync: Any = None, verify: Callable | None = None):
         dataset = as_map_dataset(dataset)
         if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise DatasetTypeError(
@@ -214,6 +214,7 @@ class DistributedDataset:
         )
         self._resume: tuple[int, int] | None = None
         self._sync = sync  # the gradient synchroniser, whose ``weight`` each delivered batch sets
+        self._verify = verify  # OneProgram.same_data: replicas compare the data's fingerprint at the first epoch
         self._counter = epochs
         self._key = (seed, len(dataset), global_batch_size, shuffle)
         self._next_epoch = epochs.next_epoch(self._key) if epochs is not None else 0
@@ -236,6 +237,11 @@ class DistributedDataset:
             self._next_epoch = epoch
 
     def __iter__(self) -> Iterator:
+        if self._verify is not None:
+            examples = seeded(self.dataset, self.sampler.seed)  # augmentation as at epoch 0 on every replica
+            self._verify((type(self.dataset).__name__, len(self.dataset)),
+                         lambda: fingerprint(len(examples), examples.__getitem__), "distribute_dataset")
+            self._verify = None
         epoch, start = self._resume if self._resume else (self._next_epoch, 0)
         self._resume = None
         self.sampler.epoch, self.sampler.start_step = epoch, start

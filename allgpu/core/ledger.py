@@ -12,11 +12,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
+import traceback
 from dataclasses import dataclass
+
+from allgpu.core.one_writer import read_hint
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # allgpu/
 _KEY = "allgpu/ledger/{}"
+_EXIT_KEY = "allgpu/ledger/exited/{}"
+EXIT_RECORD_S = 2.0  # at most this long spent telling the store that this replica is ending
 
 
 def user_line() -> str:
@@ -68,6 +74,28 @@ class Ledger:
             self.store.set(_KEY.format(self.rank), json.dumps(entry.__dict__))
         return entry
 
+    def record_exit(self, how: str) -> None:
+        """Say in the store that this replica is ending (``how``: "raised X: ... at train.py:40", "finished its
+        script"), so the others' errors name it as ended, never as "behind". Waits at most ``EXIT_RECORD_S``."""
+        if self.store is None:
+            return
+        after = f" after its {self.last.describe()}" if self.last else " before issuing any collective"
+        thread = threading.Thread(target=self._set_quietly, args=(_EXIT_KEY.format(self.rank), how + after),
+                                  daemon=True)
+        thread.start()
+        thread.join(EXIT_RECORD_S)
+
+    def _set_quietly(self, key: str, value: str) -> None:
+        try:
+            self.store.set(key, value)
+        except Exception:  # the store (replica 0's process) is gone: nobody is left to tell
+            pass
+
+    def exits(self) -> dict[int, str]:
+        """The replicas that recorded their end, with how they ended."""
+        keys = {rank: _EXIT_KEY.format(rank) for rank in range(self.world_size) if rank != self.rank}
+        return {rank: self.store.get(key).decode() for rank, key in keys.items() if self.store.check([key])}
+
     def read_all(self) -> dict[int, Entry | None]:
         """Every replica's last entry (None where a replica has issued none). Raises if the store is gone."""
         out: dict[int, Entry | None] = {}
@@ -88,11 +116,18 @@ class Ledger:
             entries = self.read_all()
         except Exception as exc:  # the store lives in replica 0's process; it may be gone
             return f"{head}. The job's store could not be read ({exc}); replica 0 may have exited.", []
+        try:
+            ended = self.exits()
+        except Exception:
+            ended = {}
         lines, culprits = [], []
         for rank, entry in entries.items():
             if rank == self.rank:
                 continue
-            if entry is None:
+            if rank in ended:
+                lines.append(f"replica {rank} has ended: it {ended[rank]}")
+                culprits.append(rank)
+            elif entry is None:
                 lines.append(f"replica {rank} has issued no collective yet")
                 culprits.append(rank)
             elif mine is not None and entry.seq < mine.seq:
@@ -109,3 +144,24 @@ class Ledger:
                                "the one that died or froze (the supervisor names it)."), []
             return head + "; every replica reached the same collective (a network or device fault?).", []
         return head + ". " + "; ".join(lines) + ".", culprits
+
+
+def install_exit_record(ledger: Ledger) -> None:
+    """Record in ``ledger`` how this replica ends when an exception escapes the script (``sys.excepthook``,
+    chained to the one installed before)."""
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        if not issubclass(exc_type, KeyboardInterrupt):
+            where = next((f"{os.path.basename(f.filename)}:{f.lineno}" for f in reversed(traceback.extract_tb(tb))
+                          if not f.filename.startswith(_PACKAGE_DIR) and f"{os.sep}torch{os.sep}" not in f.filename),
+                         "?")
+            text = str(exc).splitlines()[0] if str(exc) else ""
+            text = text if len(text) <= 160 else text[:157] + "..."
+            ledger.record_exit(f"raised {exc_type.__name__}{': ' + text if text else ''} at {where}")
+            hint = read_hint(exc, ledger.rank)
+            if hint and hasattr(exc, "add_note"):  # shown with the traceback, in the job's failure summary too
+                exc.add_note(hint)
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook

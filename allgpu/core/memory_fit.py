@@ -9,11 +9,11 @@ the figures follow the parameters' own dtype, not the compute precision.
 
 from __future__ import annotations
 
-import warnings
 
 import torch
 from torch import nn
 
+from allgpu.errors import warn_user
 from allgpu.devices.advice import MEMORY_HEADROOM, MemoryFit, memory_finding, optimizer_slots as _slots_by_name
 
 
@@ -80,5 +80,5 @@ def warn_if_too_large(strategy, model: nn.Module, optimizer: torch.optim.Optimiz
     total, _ = device_capacity(device)
     text = advice(model, optimizer, total, visible_replicas(strategy))
     if text and strategy.is_chief:
-        warnings.warn(f"allgpu: {text}", RuntimeWarning, stacklevel=3)
+        warn_user(f"allgpu: {text}", RuntimeWarning)
     return text

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from allgpu.runtime.gloo_drain import wait_for_gloo_workers
 from allgpu.runtime.replicas import peers_stopped
 from allgpu.errors import CollectiveTimeoutError, ReplicaFailedError
-from allgpu.core.ledger import Ledger
+from allgpu.core.ledger import Ledger, install_exit_record
 
 EXIT_WAIT_S = 10.0
 
@@ -73,6 +73,7 @@ class ReplicaGroup:
                     owns_group=placement.owns_group, local_world_size=placement.local_world_size)
         if placement.world_size > 1:
             _CURRENT[:] = [group]
+            install_exit_record(group.ledger)  # a replica that raises is named as ended, never as "behind"
         if placement.owns_group:
             atexit.register(group.close)
             group.barrier(where="process-group start")
@@ -169,11 +170,15 @@ class ReplicaGroup:
                 "replica is only slow.",
                 missing_ranks=culprits,
             )
-        return ReplicaFailedError(
-            f"{text} The backend reported: {raw}. A peer replica has probably exited or crashed; its own "
-            "traceback is printed above.",
-            rank=culprits[0] if culprits else None,
-        )
+        if "has ended: it left the job" in text:
+            cause = ("It left the job while this replica still issued collectives: a collective called on some "
+                     "replicas only (under `if strategy.is_chief:`?). Fix: call it on every replica.")
+        elif "has ended: it raised" in text:
+            cause = "Its traceback is printed above."
+        else:
+            cause = "A peer replica has probably exited or crashed; its own traceback is printed above."
+        return ReplicaFailedError(f"{text} The backend reported: {raw}. {cause}",
+                                  rank=culprits[0] if culprits else None)
 
     def close(self) -> None:
         """Leave the job. Replica 0, which may host the job's store, leaves last (waiting at most
@@ -185,6 +190,7 @@ class ReplicaGroup:
         store = self.ledger.store
         failing = self.broken or getattr(sys, "last_value", None) is not None  # set for an uncaught exception
         if store is not None and not failing:
+            self.ledger.record_exit("left the job (strategy.close() or the end of its script)")
             try:
                 left = store.add("allgpu/exit", 1)
                 deadline = time.monotonic() + EXIT_WAIT_S

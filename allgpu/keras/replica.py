@@ -17,10 +17,13 @@ instance (the class and the user's subclass stay untouched) and sets Keras's own
   ``tf.distribute`` aggregates it (``MEAN``), so replicas stay identical (a variable frozen after sharding keeps
   its shards: it is the same everywhere without averaging);
 - only replica 0 prints progress; checkpoint-writing callbacks write from replica 0 only
-  (:mod:`allgpu.keras.callbacks`).
+  (:mod:`allgpu.keras.callbacks`); ``save`` and ``save_weights`` called on every replica write once, by replica 0,
+  and return on the others once the file is complete (:mod:`allgpu.core.one_writer`).
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import torch
@@ -29,7 +32,7 @@ from torch.distributed.tensor import DTensor
 from allgpu.errors import InputError, UnsupportedError
 from allgpu.keras.callbacks import wrap_callbacks
 from allgpu.keras.tf_data import is_tf_dataset
-from allgpu.keras.shard import ShardedInput, leading_size, make_input
+from allgpu.keras.shard import ShardedInput, check_same_data, leading_size, make_input
 
 _SUM = ("sum",)
 _MEAN = ("mean",)
@@ -63,8 +66,10 @@ class KerasReplica:
         self._batch_logs = True  # whether per-batch logs are shown or read (then each step's metrics are reduced)
         self._state_vars: list = []
         self._decorrelated: set[int] = set()
+        self._save, self._save_weights = cls.save, cls.save_weights
+        self._fitting = False  # inside fit, saving callbacks coordinate their own writes (callbacks.py)
         for name in ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
-                     "get_metrics_result"):
+                     "get_metrics_result", "save", "save_weights"):
             object.__setattr__(model, name, getattr(self, name))
         object.__setattr__(model, "_allgpu_replica", self)
 
@@ -225,13 +230,15 @@ class KerasReplica:
         seed = self._shared_seed() if shuffle else 0
         train = self._input(x, y, sample_weight, batch_size, shuffle, class_weight, seed, steps=steps_per_epoch,
                             steps_argument="steps_per_epoch", what="fit")
+        check_same_data(train, self.strategy, "fit")
         val = None
         if validation_data is not None:
             val_batch = None if is_tf_dataset(validation_data) else validation_batch_size or batch_size
             val = self._input(*_unpack(validation_data), val_batch, False, steps=validation_steps,
                               steps_argument="validation_steps", what="validation")
+            check_same_data(val, self.strategy, "fit(validation_data=...)")
         self._prepare(train)
-        self._train_input = train
+        self._train_input, self._fitting = train, True
         self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_train_batch_end", "on_batch_end",
                                              "on_test_batch_end")
         try:
@@ -241,7 +248,24 @@ class KerasReplica:
                              shuffle=False, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
                              validation_steps=validation_steps, validation_freq=validation_freq)
         finally:
-            self._train_input = None
+            self._train_input, self._fitting = None, False
+
+    # -- saving: one program's way ----------------------------------------------------------------------------
+    def save(self, filepath, *args, **kwargs):
+        """``keras.Model.save`` callable on every replica: replica 0 writes (to a temporary name, renamed when
+        complete), the others return once the file is complete, so ``keras.models.load_model`` right after works
+        everywhere (:class:`allgpu.core.one_writer.OneWriter`). Also works called on replica 0 alone."""
+        return self._one_write(filepath, lambda target: self._save(self.model, target, *args, **kwargs), "model.save")
+
+    def save_weights(self, filepath, *args, **kwargs):
+        """``keras.Model.save_weights``, written once as :meth:`save` is."""
+        return self._one_write(filepath, lambda target: self._save_weights(self.model, target, *args, **kwargs),
+                               "model.save_weights")
+
+    def _one_write(self, filepath, write, what: str):
+        if self._fitting or not isinstance(filepath, (str, os.PathLike)):
+            return write(filepath)
+        return self.strategy._writer.write(filepath, write, what, collective=self._sharded())
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
                  callbacks=None, return_dict=False, **kwargs):
@@ -249,6 +273,7 @@ class KerasReplica:
         metrics are reduced over all of them (equal to one replica's). A collective."""
         if not kwargs.get("_use_cached_eval_dataset"):
             x = self._input(x, y, sample_weight, batch_size, False, steps=steps)
+            check_same_data(x, self.strategy, "evaluate")
             self._prepare(x)
             self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_test_batch_end")
             y = sample_weight = batch_size = None
@@ -268,7 +293,7 @@ class KerasReplica:
         try:
             return self._train_on_batch(self.model, *_unpack(local), return_dict=return_dict)
         finally:
-            self._train_input = None
+            self._train_input, self._fitting = None, False
 
     def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
         """``keras.Model.test_on_batch`` with ``x`` a global batch, split across replicas; global logs."""

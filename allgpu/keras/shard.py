@@ -18,7 +18,6 @@ from __future__ import annotations
 import abc
 
 import itertools
-import warnings
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -29,7 +28,9 @@ from keras.src.trainers.data_adapters.py_dataset_adapter import PyDataset
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 
 from allgpu.core.data import to_device
-from allgpu.errors import DatasetTypeError, InputError
+from allgpu.core.data_rng import seeded
+from allgpu.core.one_program import fingerprint
+from allgpu.errors import DatasetTypeError, InputError, warn_user
 from allgpu.keras.tf_data.split import slice_bounds
 
 
@@ -246,6 +247,16 @@ class ShardedInput(DataAdapter):
             self._hooks[1]()
 
 
+def check_same_data(data: ShardedInput, strategy, what: str) -> None:
+    """Compare the examples' fingerprint across replicas (:meth:`allgpu.core.one_program.OneProgram.same_data`)
+    for inputs addressable by index (arrays, map-style datasets); whole-batch sources are read alike. Collective."""
+    source = getattr(data, "source", None)
+    if not isinstance(source, IndexSource):
+        return
+    get = (lambda i: source.fetch([i])) if source.fetch is not None else seeded(source.dataset, 0).__getitem__
+    strategy._one_program.same_data(("keras", source.length), lambda: fingerprint(source.length, get), what)
+
+
 def _is_arrays(x: Any) -> bool:
     leaves = tree.flatten(x)
     return bool(leaves) and all(isinstance(a, (np.ndarray, torch.Tensor)) or a is None for a in leaves)
@@ -336,6 +347,6 @@ def make_input(x, y=None, sample_weight=None, *, batch_size: int | None, shuffle
                         "(or dicts/lists of them), a torch Dataset or DataLoader, a keras.utils.PyDataset or a "
                         "Python generator of (x, y) batches.")
     if class_weight is not None and not isinstance(source, IndexSource):
-        warnings.warn("class_weight is applied to arrays only; yield sample weights from the dataset instead.",
-                      UserWarning, stacklevel=3)
+        warn_user("class_weight is applied to arrays only; yield sample weights from the dataset instead.",
+                      UserWarning)
     return ShardedInput(source, device, hooks)

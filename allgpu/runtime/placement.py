@@ -20,14 +20,13 @@ If a multi-device start fails (a GPU that is not there, a driver or NCCL error, 
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from allgpu.devices import Device, cuda_device_count, parse_device, resolve_replica_devices, why_no_gpu
-from allgpu.errors import ArgumentError, StrategyStartError
+from allgpu.errors import ArgumentError, StrategyStartError, warn_user
 from allgpu.runtime.live import check_second
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.cluster import ClusterSpec
@@ -126,9 +125,9 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
     device_list = resolve_replica_devices(num_replicas, devices)
     if devices is None and num_replicas is None and not device_list[0].is_cuda and engine is None:
         # tf.distribute logs the devices it took; a silent one-replica run on the CPU is the case to say why.
-        warnings.warn(f"{name}() found no GPU, so it runs one replica on /cpu:0: {why_no_gpu()} For replicas on CPU "
+        warn_user(f"{name}() found no GPU, so it runs one replica on /cpu:0: {why_no_gpu()} For replicas on CPU "
                       "cores pass devices=['/cpu:0', '/cpu:1'] (or num_replicas=2); `allgpu doctor` explains the GPUs.",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning)
     check_second(name, len(device_list), joins_group=False)
     first = engine.first_replica(len(device_list)) if engine is not None else None
     return _start(name, device_list, timeout_s, backend, fallback, first)
@@ -188,12 +187,10 @@ def _start(name: str, devices: list[Device], timeout_s: float, backend: str | No
                 "fallback='one_device' to continue on one device."
             ) from exc
         one = Device("cuda", 0) if cuda_device_count() else Device("cpu", 0)
-        warnings.warn(
+        warn_user(
             f"{name} could not start on {names}: {reason}. Continuing on one device ({one}) because "
             "fallback='one_device'; pass fallback='error' to stop instead.",
-            RuntimeWarning,
-            stacklevel=4,
-        )
+            RuntimeWarning)
         return Placement.single(one.torch_device(), timeout_s, fallback_reason=reason)
 
 

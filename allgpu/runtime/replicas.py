@@ -79,10 +79,23 @@ def process_state(pid: int) -> str:
     return "is still running (slow, or waiting elsewhere)"
 
 
-def _state(proc: subprocess.Popen) -> str:
+def raised(text: str | None) -> str | None:
+    """The exception line (``Type: message``) of a traceback written by a replica's excepthook, or None."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    frames = [i for i, line in enumerate(lines) if line.startswith("  ")]
+    line = lines[frames[-1] + 1] if frames and frames[-1] + 1 < len(lines) else (lines[-1] if lines else None)
+    return None if line is None else (line if len(line) <= 160 else line[:157] + "...")
+
+
+def _state(proc: subprocess.Popen, error: str | None = None) -> str:
+    """A replica's state in words; ``error`` is the exception line it wrote (it raised): never "still running"
+    for a replica that already failed and is only exiting."""
     code = proc.poll()
+    after = f" after raising {error}" if error else ""
     if code is not None:
-        return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}") + after
+    if error:
+        return f"raised {error} (exiting)"
     state = process_state(proc.pid)
     return state + (", so it never reached the collective" if "frozen" in state else "")
 
@@ -240,14 +253,23 @@ class ScriptReplicas:
 
     def describe(self, wait_s: float = 0.0) -> str:
         """Each started replica's state, naming it: killed by a signal, exited with a code, frozen (stopped, e.g. by
-        SIGSTOP or a debugger), or running. ``wait_s``: give a replica that is dying this long to be reaped."""
+        SIGSTOP or a debugger), raised (naming its error, even while it is still exiting), or running. ``wait_s``:
+        give a replica that is failing this long to write its error or be reaped."""
         deadline = time.monotonic() + wait_s
-        while wait_s and time.monotonic() < deadline and all(p.poll() is None for p in self._procs.values()):
+        def settling() -> bool:  # a replica still running that has not (yet) written an error
+            return any(p.poll() is None and not error_file(self.error_dir, r).exists() for r, p in self._procs.items())
+
+        while wait_s and time.monotonic() < deadline and settling():
             time.sleep(0.05)
         parts = []
         for local_rank, proc in self._procs.items():
             rank = self.placement["rank_offset"] + local_rank
-            parts.append(f"replica {rank} (pid {proc.pid}) {_state(proc)}")
+            path = error_file(self.error_dir, local_rank)
+            try:
+                error = raised(path.read_text()) if path.exists() else None
+            except OSError:
+                error = None
+            parts.append(f"replica {rank} (pid {proc.pid}) {_state(proc, error)}")
         return "; ".join(parts)
 
     def stop(self) -> None:
@@ -275,7 +297,7 @@ class ScriptReplicas:
             self._report_interrupt()
             return
         if self._main_failed:  # the others would wait for replica 0 in a collective until the timeout
-            print(f"allgpu: replica {self.placement['rank_offset']} failed (traceback above). {self.describe(1.0)}; "
+            print(f"allgpu: replica {self.placement['rank_offset']} failed (traceback above). {self.describe(2.0)}; "
                   "stopping the other replicas.", file=sys.stderr, flush=True)
             self.stop()
             return

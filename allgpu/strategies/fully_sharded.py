@@ -40,9 +40,11 @@ from allgpu import keras as keras_support
 from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError, UnsupportedError
 from allgpu.core.mirror import ScopeRecorder, mirror_tensors
 from allgpu.runtime.gloo_drain import wait_for_gloo_workers
+from allgpu.strategies.base.full_state import full_state
 from allgpu.strategies.sharded.meta_init import materialise, meta_roots
 from allgpu.strategies.mirrored import MirroredStrategy
 from allgpu.strategies.sharded.compile import ShardedCompile, compile_sharded
+from allgpu.strategies.sharded.forward_check import ForwardCheck
 from allgpu.strategies.sharded.sync import ShardedGradientSync
 from allgpu.strategies.sharded.plan import describe, plan_units, validate_shard_modules
 
@@ -126,6 +128,7 @@ class FullyShardedStrategy(MirroredStrategy):
             atexit.register(wait_for_gloo_workers)  # its collectives run on Gloo threads too
         self._mesh = init_device_mesh(self.device.type, (self.num_replicas_in_sync,))
         self._sync = ShardedGradientSync(self._group)
+        self._forwards = ForwardCheck(self._group)
         self._overlap.close()  # the mirrored strategies' compile hook: graph splitting has no buckets to follow here
         self._overlap = ShardedCompile()  # a user's torch.compile(model) compiles each unit
         self._sharded: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
@@ -209,6 +212,7 @@ class FullyShardedStrategy(MirroredStrategy):
             replaced.update({id(old): after[name] for name, old in before})
             originals.extend(old for _, old in before)
             self._sync.attach(root)
+            self._forwards.watch(root)  # a forward on some replicas only is named at its first all-gather
             self._sharded.add(root)
             self.plans[root_name] = describe(units)
         _repoint_optimizers(replaced)
@@ -251,17 +255,20 @@ class FullyShardedStrategy(MirroredStrategy):
 
         A collective: every replica must call it. For export (``torch.save``, another framework); to resume
         training use :func:`allgpu.checkpoint.save`, which never gathers the model on one replica.
+        ``torch.save(strategy.full_state_dict(model), path)`` on every replica writes once (replica 0; the others
+        return once the file is complete).
         """
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         if not isinstance(model, nn.Module):
             raise ArgumentTypeError(f"full_state_dict(model) takes a torch.nn.Module; got {type(model).__name__}.")
         if not isinstance(model, FSDPModule):
-            return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()} if self.is_chief else {}
+            return full_state({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+                              if self.is_chief else {}, self._writer)
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.num_replicas_in_sync == 1:  # one shard is the whole tensor: torch returns the live parameter itself
             full = {k: v.detach().clone() for k, v in full.items()}
-        return full
+        return full_state(full, self._writer)
 
     def close(self) -> None:
         super().close()

@@ -10,7 +10,8 @@ raises.
 from __future__ import annotations
 
 from allgpu.runtime.placement import place_replicas, validate_fallback, validate_timeout
-from allgpu.strategies.base.strategy import Strategy, validate_sync_options
+from allgpu.strategies.base.checks import validate_sync_options
+from allgpu.strategies.base.strategy import Strategy
 
 
 class MirroredStrategy(Strategy):

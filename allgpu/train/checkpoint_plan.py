@@ -8,12 +8,11 @@ a job whose replica was killed, without user code.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import torch
 
-from allgpu.errors import ArgumentError
+from allgpu.errors import ArgumentError, warn_user
 from allgpu.core.data import DistributedDataset
 from allgpu.runtime.interrupt import note_checkpoints
 
@@ -35,9 +34,9 @@ class ResumePoint:
         if strategy.is_chief and verbose and self.summary:
             print(f"allgpu: {self.summary}", flush=True)
         if self.path and self.epoch >= epochs and strategy.is_chief:
-            warnings.warn(f"fit(epochs={epochs}) has nothing to train: {self.path} already holds {self.epoch} "
+            warn_user(f"fit(epochs={epochs}) has nothing to train: {self.path} already holds {self.epoch} "
                           "epochs. Fix: raise epochs, use another checkpoint_dir, or resume=False to start over.",
-                          RuntimeWarning, stacklevel=3)
+                          RuntimeWarning)
 
 
 class CheckpointPlan:

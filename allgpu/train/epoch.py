@@ -7,13 +7,12 @@ accumulation the all-reduce runs once per ``k`` micro-batches. Each step is time
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
-from allgpu.errors import InputError
+from allgpu.errors import InputError, warn_user
 from allgpu.train.metrics import MetricSums
 
 _END = object()
@@ -97,7 +96,7 @@ class EpochRunner:
         k, acc = self.accumulation.k, self.accumulation
         if acc.micro_step % k:
             if not self._warned and self.strategy.is_chief:
-                warnings.warn(f"epoch {epoch}: {acc.micro_step % k} trailing micro-batches did not fill a step of "
+                warn_user(f"epoch {epoch}: {acc.micro_step % k} trailing micro-batches did not fill a step of "
                               f"accumulation_steps={k}; their gradients were dropped. Fix: choose "
                               "accumulation_steps dividing the steps per epoch.", RuntimeWarning)
                 self._warned = True

@@ -16,6 +16,8 @@ from allgpu.errors import ArgumentError
 from allgpu.keras.tf_data import is_tf_dataset
 from allgpu.core.data import (DistributedDataset, PerReplicaInput, as_map_dataset, evaluation_shard,
                          per_replica_batch_size)
+from allgpu.core.data_rng import seeded
+from allgpu.core.one_program import fingerprint
 from allgpu.runtime.live import check_supported
 from allgpu.monitor import StepMonitor, session as monitor_session
 from allgpu.strategies.base.strategy import Strategy
@@ -267,6 +269,9 @@ def evaluate(model: torch.nn.Module, loss_fn: Callable, data, *, global_batch_si
     """
     strategy = strategy or _default_strategy(model)
     data = as_map_dataset(data)
+    examples = seeded(data, 0)
+    strategy._one_program.same_data((type(data).__name__, len(data)),
+                                    lambda: fingerprint(len(examples), examples.__getitem__), "evaluate")
     per_replica = per_replica_batch_size(global_batch_size, strategy.num_replicas_in_sync)
     feed = evaluation_shard(data, per_replica_batch_size=per_replica, num_replicas=strategy.num_replicas_in_sync,
                             rank=strategy.replica_id_in_sync, device=strategy.device)

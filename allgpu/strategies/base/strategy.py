@@ -25,9 +25,13 @@ from allgpu.keras.tf_data import distributed as tf_input, is_tf_dataset, limit_i
 from allgpu.core.compiling import CompileOverlap, compile_model
 from allgpu.core.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput, batched_loader_settings
 from allgpu.core.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
-from allgpu.core.replica_group import REDUCE_OPS, ReplicaGroup
+from allgpu.core.one_program import OneProgram
+from allgpu.core.one_writer import OneWriter
+from allgpu.core.replica_group import ReplicaGroup
+from allgpu.strategies.base.checks import op_name, validate_sync_options
+from allgpu.strategies.base.full_state import full_state, install_torch_save
 from allgpu.strategies.base.tf_names import TFNames
-from allgpu.core.sync import COMPRESSIONS, GradientSync
+from allgpu.core.sync import GradientSync
 
 
 class Strategy(TFNames):
@@ -53,6 +57,10 @@ class Strategy(TFNames):
         self._accumulations: dict[int, Accumulation] = {}
         self._scope_depth = 0
         self._data_epochs = EpochCounter()
+        self._writer = OneWriter(group)  # files written once, by replica 0 (model.save, torch.save of full state)
+        if group.world_size > 1:
+            install_torch_save()  # torch.save(strategy.full_state_dict(model), path) on every replica writes once
+        self._one_program = OneProgram(group).share()  # every replica continues from replica 0's random state
         live.register(self)
         limit_if_imported(group.local_world_size)  # TensorFlow, if imported, keeps to this replica's cores
 
@@ -184,6 +192,15 @@ class Strategy(TFNames):
         """Mirror a Keras model's built variables (called by :class:`allgpu.keras.replica.KerasReplica`)."""
         self._mirror(values, optimizer_values)
 
+    def full_state_dict(self, model: torch.nn.Module) -> dict:
+        """``model``'s complete state dict (name -> CPU tensor copy) on every replica; local (``FullyShardedStrategy``:
+        on replica 0, a collective). ``torch.save(strategy.full_state_dict(model), path)`` may run on every replica:
+        replica 0 writes, the others return once the file is complete (:mod:`allgpu.strategies.base.full_state`).
+        Raises TypeError for anything but a ``torch.nn.Module``."""
+        if not isinstance(model, torch.nn.Module):
+            raise ArgumentTypeError(f"full_state_dict(model) takes a torch.nn.Module; got {type(model).__name__}.")
+        return full_state({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}, self._writer)
+
     def compile(self, model: torch.nn.Module, *, backend="inductor", **compile_kwargs) -> torch.nn.Module:
         """``torch.compile(model)`` with the graph split at this strategy's gradient-bucket boundaries.
 
@@ -229,7 +246,7 @@ class Strategy(TFNames):
         Raises:
             ValueError: unknown ``op``. CollectiveTimeoutError: a replica did not arrive in time.
         """
-        op = _op_name(op)
+        op = op_name(op)
         tensor = torch.as_tensor(value, device=self.device)
         if not tensor.is_floating_point() and op == "mean":
             tensor = tensor.double()
@@ -340,6 +357,7 @@ class Strategy(TFNames):
         ``collate_fn`` and ``num_workers`` are kept (:func:`allgpu.core.data.batched_loader_settings`). A
         ``tf.data.Dataset`` is split as ``tf.distribute`` splits it: :mod:`allgpu.keras.tf_data.distributed`.
         """
+        self._one_program.fork()  # from now on each replica's torch stream (Dropout) is its own
         if is_tf_dataset(dataset):
             return tf_input.distribute_tf_dataset(self, dataset, global_batch_size, {
                 "shuffle": shuffle, "seed": seed, "num_workers": num_workers, "drop_remainder": drop_remainder,
@@ -351,7 +369,8 @@ class Strategy(TFNames):
         return DistributedDataset(dataset.dataset if from_loader else dataset, global_batch_size=global_batch_size,
                                   num_replicas=self.num_replicas_in_sync, rank=self.replica_id_in_sync,
                                   device=self.device, seed=seed, local_replicas=self._local_replicas(),
-                                  epochs=self._data_epochs, sync=self._sync, **options)
+                                  epochs=self._data_epochs, sync=self._sync,
+                                  verify=self._one_program.same_data, **options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any]) -> PerReplicaInput:
         """Call ``dataset_fn(input_context)`` on each replica; its iterable of per-replica batches is fed to the device.
@@ -360,6 +379,7 @@ class Strategy(TFNames):
         ``input_context.get_per_replica_batch_size(global_batch_size)``. Local. A ``tf.data`` dataset it returns is
         read as TensorFlow reads it there: not re-batched or sharded, its batches delivered as torch tensors.
         """
+        self._one_program.fork()
         context = InputContext(self.num_replicas_in_sync, self.replica_id_in_sync, self.num_replicas_in_sync)
         dataset = dataset_fn(context)
         if is_tf_dataset(dataset):
@@ -377,23 +397,3 @@ class Strategy(TFNames):
         self._overlap.close()
         live.unregister(self)
         self._group.close()
-
-
-def validate_sync_options(bucket_cap_mb: float, gradient_compression: str | None) -> None:
-    """Check gradient-sync arguments before any replica is started.
-
-    Raises:
-        ValueError: ``bucket_cap_mb`` not a positive number of MiB, or an unknown ``gradient_compression``.
-    """
-    if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb <= 0:
-        raise ArgumentError(f"bucket_cap_mb={bucket_cap_mb!r}; expected a positive number of MiB, e.g. 25.")
-    if gradient_compression not in COMPRESSIONS:
-        raise ArgumentError(f"gradient_compression={gradient_compression!r}; expected one of {tuple(COMPRESSIONS)}.")
-
-
-def _op_name(op: Any) -> str:
-    name = getattr(op, "name", op)  # tf.distribute.ReduceOp.SUM has .name == "SUM"
-    name = str(name).lower()
-    if name not in REDUCE_OPS:
-        raise ArgumentError(f"reduce op {op!r} is not supported; expected one of 'sum', 'mean', 'max', 'min'.")
-    return name

@@ -1,0 +1,142 @@
+"""Saves as one program makes them: a file that every replica "writes" is written once, by replica 0, and the
+others return only once it is complete, so reading it right after works on every replica.
+
+``tf.distribute`` lets every worker call ``model.save``: non-chief workers write into temporary folders that are
+deleted, and the chief writes where asked. Here replicas share a file system far more often (several on one
+machine), and two replicas writing one file interleave into a corrupt one (``zipfile.BadZipFile: Bad CRC-32``),
+while a replica reading a file replica 0 is still writing reads a partial one. So :meth:`OneWriter.write`:
+
+- on replica 0 writes into a temporary name beside the target (same suffix, so Keras accepts it), renames it over
+  the target (``os.replace``: readers see the old file or the new one, never a partial one), then publishes the
+  write's generation for that path in the job's store;
+- on the other replicas waits (not a collective: replica 0 never waits for them) until replica 0 has published the
+  same generation, then returns. For a save that is itself a collective (a sharded model gathers its shards), the
+  other replicas first run it into a scratch file that is deleted, as ``tf.distribute``'s non-chief workers do.
+
+So a save guarded by ``if strategy.is_chief:`` works as before (replica 0 writes; nobody waits for anybody), and an
+unguarded one works too. A replica that fails reading such a file gets a note saying which form to use
+(:func:`read_hint`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+from allgpu.errors import CheckpointError, ReplicaFailedError
+
+_KEY = "allgpu/written/{}"
+POLL_S = 0.02
+
+
+class OneWriter:
+    """Writes files once for the whole job. ``group`` is the :class:`allgpu.core.replica_group.ReplicaGroup`."""
+
+    def __init__(self, group):
+        self.group = group
+        self._calls: Counter = Counter()  # writes asked of each path by this replica
+
+    def write(self, path, write: Callable[[str], object], what: str, *, collective: bool = False):
+        """Run ``write(target)`` so that ``path`` is written once, by replica 0; returns ``write``'s result there.
+
+        Args:
+            path: the file (or folder) the user named.
+            write: writes to the name it is given.
+            what: the user's call, for messages (``"model.save"``).
+            collective: ``write`` is itself a collective (gathers shards): other replicas run it into a scratch
+                name first.
+
+        Raises:
+            CheckpointError: replica 0 failed writing (every waiting replica raises it too), or did not write
+                ``path`` within the job's timeout (it does not make this call: a save on some replicas only).
+        """
+        if self.group.world_size == 1 or self.group.ledger.store is None:
+            return write(str(path))
+        target = Path(os.path.abspath(os.fspath(path)))
+        self._calls[target] += 1
+        generation = self._calls[target]
+        key = _KEY.format(target)
+        if self.group.rank == 0:
+            return self._write_here(target, write, key, generation)
+        if collective:
+            scratch = _scratch_name(target, self.group.rank)
+            try:
+                write(str(scratch))
+            finally:
+                _remove(scratch)
+        self._wait(target, key, generation, what)
+        return None
+
+    def _write_here(self, target: Path, write, key: str, generation: int):
+        temporary = _scratch_name(target, 0)
+        store = self.group.ledger.store
+        try:
+            result = write(str(temporary))
+            if temporary.is_dir() and target.is_dir():
+                shutil.rmtree(target)
+            os.replace(temporary, target)
+        except BaseException as exc:
+            _remove(temporary)
+            store.set(key, f"{generation} error {type(exc).__name__}: {exc}")
+            raise
+        store.set(key, str(generation))
+        return result
+
+    def _wait(self, target: Path, key: str, generation: int, what: str) -> None:
+        store, deadline = self.group.ledger.store, time.monotonic() + self.group.timeout_s
+        while True:
+            try:
+                value = store.get(key).decode() if store.check([key]) else "0"
+            except Exception as exc:  # the store lives in replica 0's process
+                raise ReplicaFailedError(f"replica {self.group.rank} waited for replica 0 to write {target} "
+                                         f"({what}), but the job's store is gone: replica 0 has exited.",
+                                         rank=0) from exc
+            done, _, error = value.partition(" error ")
+            if int(done) >= generation:
+                if error:
+                    raise CheckpointError(f"replica 0 failed writing {target} ({what}): {error}")
+                return
+            if time.monotonic() > deadline:
+                raise CheckpointError(
+                    f"replica {self.group.rank} waited {self.group.timeout_s:g} s in {what}({target.name}) for "
+                    f"replica 0 to write it, and replica 0 did not: it does not make this call here (a save inside "
+                    "`if strategy.is_chief:` on some replicas only, or in a different order). Fix: call it on every "
+                    "replica (replica 0 writes, the others wait), or only on replica 0.")
+            time.sleep(POLL_S)
+
+
+def _scratch_name(target: Path, rank: int) -> Path:
+    # Same folder (os.replace stays on one file system) and the same ending (Keras checks ".keras",
+    # ".weights.h5").
+    return target.with_name(f".allgpu-tmp-{os.getpid()}-r{rank}-{target.name}")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+_READ_FAILURES = ("File not found", "Bad CRC-32", "PytorchStreamReader failed", "Ran out of input",
+                  "not a zip file", "File is not a zip file", "truncated", "Unable to open file",
+                  "unable to open file", "No such file or directory")
+
+
+def read_hint(exc: BaseException, rank: int) -> str | None:
+    """For a replica other than 0 that failed reading a file (missing, partial, corrupt): the note naming the
+    likely cause in a job (replica 0 writes it under ``if strategy.is_chief:``, unawaited) and the fix."""
+    zip_error = type(exc).__name__ == "BadZipFile"
+    file_error = isinstance(exc, (OSError, ValueError, EOFError, RuntimeError)) and \
+        any(text in str(exc) for text in _READ_FAILURES)
+    if rank == 0 or not (zip_error or file_error):
+        return None
+    return (f"allgpu: replica {rank} failed reading a file. If replica 0 writes it under `if strategy.is_chief:`, "
+            "the other replicas read it before it exists or while it is being written. Fix: call the save on every "
+            "replica (model.save, model.save_weights, torch.save(strategy.full_state_dict(model), path), "
+            "allgpu.checkpoint.save): replica 0 writes and the others return once the file is complete; or call "
+            "strategy.barrier() after the guarded save, before reading.")

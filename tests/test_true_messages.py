@@ -1,0 +1,42 @@
+"""Issue 24, item 5: messages true to what happened. A replica that raised is reported with its error (never
+"still running", even while it is still exiting), and a replica that crashed is named as ended with its error and
+line in the others' collective error (never "behind"). Warnings' locations: tests/test_warning_location.py."""
+
+import pytest
+
+from tests.harness import run_python, write_script
+
+SCRIPT = """
+import sys, torch, allgpu
+strategy = allgpu.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])
+strategy.reduce("sum", 1.0)
+if sys.argv[1] == "crash":
+    if strategy.replica_id_in_sync == 1:
+        torch.load("missing-model.pt")  # line 7
+    strategy.reduce("sum", 1.0)
+else:
+    raise ValueError("the same error on every replica")
+"""
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(200)
+def test_a_crashed_replica_is_named_as_ended_with_its_error_never_behind(tmp_path):
+    script = write_script(tmp_path, "train.py", SCRIPT)
+    result = run_python([str(script), "crash"], timeout=120, cwd=tmp_path)
+    assert result.returncode != 0
+    err = result.stderr
+    assert "replica 1 has ended: it raised FileNotFoundError" in err and "missing-model.pt' at train.py:7" in err, err
+    assert "behind" not in err and "still running" not in err
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(200)
+def test_a_replica_that_raised_the_same_error_is_never_still_running(tmp_path):
+    script = write_script(tmp_path, "train.py", SCRIPT)
+    result = run_python([str(script), "same"], timeout=120, cwd=tmp_path)
+    assert result.returncode != 0
+    summary = [line for line in result.stderr.splitlines() if "replica 0 failed (traceback above)" in line]
+    assert summary and "replica 1" in summary[0] and "ValueError: the same error on every replica" in summary[0], \
+        result.stderr[-2000:]
+    assert "still running" not in result.stderr
