@@ -16,8 +16,8 @@ matters: ``distribute_dataset``, ``fit``, ``evaluate`` and the Keras adapter com
 (length and a hash of a few examples) across replicas at the first epoch and raise :class:`DataMismatchError`.
 
 Randomness that must differ per replica stays per replica: when the first dataset is distributed
-(:meth:`OneProgram.fork`), torch's default generator of each replica is re-seeded from one shared draw and the
-replica's index, so Dropout draws different masks on different replicas; checkpoints save and restore each
+(:meth:`OneProgram.fork`), torch's default generator of each replica but replica 0 is re-seeded from the shared
+state and the replica's index, so Dropout draws different masks on different replicas; checkpoints save and restore each
 replica's states, so a resumed run continues exactly. Augmentation inside ``__getitem__`` is seeded per example
 (:mod:`allgpu.core.data_rng`), the same at any number of replicas.
 """
@@ -69,14 +69,16 @@ class OneProgram:
         return self
 
     def fork(self) -> None:
-        """Once: give each replica its own torch stream (Dropout), seeded from one shared draw and the replica's
-        index. Local (every replica draws the same number from the shared state)."""
+        """Once: give each replica but replica 0 its own torch stream (Dropout), seeded from a hash of the shared
+        state and the replica's index. Replica 0 keeps its stream untouched, so it draws exactly what one replica
+        would (a model built after ``distribute_dataset`` is initialised as on one replica). Local."""
         if self.forked or self.group.world_size == 1:
             return
         self.forked = True
-        shared = int(torch.randint(0, 2**62, (1,)).item())
-        seed = hash((shared, self.group.rank, 0xD20F)) & ((1 << 63) - 1)
-        torch.manual_seed(seed)  # the CPU generator and, lazily, this process's CUDA ones
+        if self.group.rank:
+            digest = hashlib.blake2b(torch.get_rng_state().numpy().tobytes(), digest_size=8).digest()
+            seed = hash((int.from_bytes(digest, "little"), self.group.rank, 0xD20F)) & ((1 << 63) - 1)
+            torch.manual_seed(seed)  # the CPU generator and, lazily, this process's CUDA ones
 
     def same_data(self, key: tuple, print_fn: Callable[[], tuple], what: str) -> None:
         """Compare ``print_fn()`` (a :func:`fingerprint`) across replicas, once per ``key`` (the data's kind and

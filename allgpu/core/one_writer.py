@@ -9,9 +9,10 @@ while a replica reading a file replica 0 is still writing reads a partial one. S
 - on replica 0 writes into a temporary name beside the target (same suffix, so Keras accepts it), renames it over
   the target (``os.replace``: readers see the old file or the new one, never a partial one), then publishes the
   write's generation for that path in the job's store;
-- on the other replicas waits (not a collective: replica 0 never waits for them) until replica 0 has published the
-  same generation, then returns. For a save that is itself a collective (a sharded model gathers its shards), the
-  other replicas first run it into a scratch file that is deleted, as ``tf.distribute``'s non-chief workers do.
+- on the other replicas waits (not a collective: replica 0 never waits for them) until replica 0's matching write
+  is complete, then returns; a replica naming its own file (``f"model{rank}.keras"``) writes it itself. For a save
+  that is itself a collective (a sharded model gathers its shards), the other replicas first run it into a scratch
+  file that is deleted, as ``tf.distribute``'s non-chief workers do.
 
 So a save guarded by ``if strategy.is_chief:`` works as before (replica 0 writes; nobody waits for anybody), and an
 unguarded one works too. A replica that fails reading such a file gets a note saying which form to use
@@ -23,22 +24,26 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Callable
 
 from allgpu.errors import CheckpointError, ReplicaFailedError
 
-_KEY = "allgpu/written/{}"
+_KEY = "allgpu/written/{}"  # replica 0's k-th write: "path\nwriting" | "path\ndone" | "path\nerror ..."
 POLL_S = 0.02
 
 
 class OneWriter:
-    """Writes files once for the whole job. ``group`` is the :class:`allgpu.core.replica_group.ReplicaGroup`."""
+    """Writes files once for the whole job. ``group`` is the :class:`allgpu.core.replica_group.ReplicaGroup`.
+
+    Replica 0 numbers its writes and publishes each one's path and state in the job's store; another replica's
+    k-th write is matched with replica 0's k-th: the same path waits for it, a different path (each replica naming
+    its own file) is written by that replica itself.
+    """
 
     def __init__(self, group):
         self.group = group
-        self._calls: Counter = Counter()  # writes asked of each path by this replica
+        self.count = 0  # writes asked of this replica so far
 
     def write(self, path, write: Callable[[str], object], what: str, *, collective: bool = False):
         """Run ``write(target)`` so that ``path`` is written once, by replica 0; returns ``write``'s result there.
@@ -47,33 +52,36 @@ class OneWriter:
             path: the file (or folder) the user named.
             write: writes to the name it is given.
             what: the user's call, for messages (``"model.save"``).
-            collective: ``write`` is itself a collective (gathers shards): other replicas run it into a scratch
-                name first.
+            collective: ``write`` is itself a collective (gathers shards): other replicas run it too, into a
+                scratch name deleted afterwards.
 
         Raises:
-            CheckpointError: replica 0 failed writing (every waiting replica raises it too), or did not write
-                ``path`` within the job's timeout (it does not make this call: a save on some replicas only).
+            CheckpointError: replica 0 failed writing (every waiting replica raises it too), or made no matching
+                write within the job's timeout (it does not make this call: a save on some replicas only).
         """
         if self.group.world_size == 1 or self.group.ledger.store is None:
             return write(str(path))
         target = Path(os.path.abspath(os.fspath(path)))
-        self._calls[target] += 1
-        generation = self._calls[target]
-        key = _KEY.format(target)
+        self.count += 1
+        key = _KEY.format(self.count)
         if self.group.rank == 0:
-            return self._write_here(target, write, key, generation)
+            return self._write_here(target, write, key)
+        theirs = self._wait(key, target, what, lambda state: True)
+        if theirs != str(target):  # this replica names its own file: it writes it
+            return write(str(path))
         if collective:
             scratch = _scratch_name(target, self.group.rank)
             try:
                 write(str(scratch))
             finally:
                 _remove(scratch)
-        self._wait(target, key, generation, what)
+        self._wait(key, target, what, lambda state: state != "writing")
         return None
 
-    def _write_here(self, target: Path, write, key: str, generation: int):
+    def _write_here(self, target: Path, write, key: str):
         temporary = _scratch_name(target, 0)
         store = self.group.ledger.store
+        store.set(key, f"{target}\nwriting")
         try:
             result = write(str(temporary))
             if temporary.is_dir() and target.is_dir():
@@ -81,31 +89,33 @@ class OneWriter:
             os.replace(temporary, target)
         except BaseException as exc:
             _remove(temporary)
-            store.set(key, f"{generation} error {type(exc).__name__}: {exc}")
+            store.set(key, f"{target}\nerror {type(exc).__name__}: {exc}")
             raise
-        store.set(key, str(generation))
+        store.set(key, f"{target}\ndone")
         return result
 
-    def _wait(self, target: Path, key: str, generation: int, what: str) -> None:
+    def _wait(self, key: str, target: Path, what: str, ready: Callable[[str], bool]) -> str:
+        """Wait until replica 0's record under ``key`` satisfies ``ready(state)``; return its path."""
         store, deadline = self.group.ledger.store, time.monotonic() + self.group.timeout_s
         while True:
             try:
-                value = store.get(key).decode() if store.check([key]) else "0"
+                value = store.get(key).decode() if store.check([key]) else None
             except Exception as exc:  # the store lives in replica 0's process
                 raise ReplicaFailedError(f"replica {self.group.rank} waited for replica 0 to write {target} "
                                          f"({what}), but the job's store is gone: replica 0 has exited.",
                                          rank=0) from exc
-            done, _, error = value.partition(" error ")
-            if int(done) >= generation:
-                if error:
-                    raise CheckpointError(f"replica 0 failed writing {target} ({what}): {error}")
-                return
+            if value is not None:
+                path, _, state = value.partition("\n")
+                if state.startswith("error") and path == str(target):
+                    raise CheckpointError(f"replica 0 failed writing {target} ({what}): {state[len('error '):]}")
+                if ready(state):
+                    return path
             if time.monotonic() > deadline:
                 raise CheckpointError(
                     f"replica {self.group.rank} waited {self.group.timeout_s:g} s in {what}({target.name}) for "
-                    f"replica 0 to write it, and replica 0 did not: it does not make this call here (a save inside "
-                    "`if strategy.is_chief:` on some replicas only, or in a different order). Fix: call it on every "
-                    "replica (replica 0 writes, the others wait), or only on replica 0.")
+                    f"replica 0 to make the same write, and it did not: it does not make this call here (a save "
+                    "on some replicas only, or in a different order). Fix: call it on every replica (replica 0 "
+                    "writes, the others wait), or only on replica 0.")
             time.sleep(POLL_S)
 
 
