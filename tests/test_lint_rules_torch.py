@@ -624,3 +624,23 @@ def test_pt003_iterable_datasets_take_no_sampler():
         assert "PT003" not in ids(head + f"ds = {ds}\nloader = DataLoader(ds, batch_size=8, num_workers=2)\n" + loop)
     assert "PT003" in ids(head + "ds = load_dataset('c4', split='train')\n"
                                  "loader = DataLoader(ds, batch_size=8, num_workers=2)\n" + loop)
+
+
+def test_pt003_wrapper_through_an_alias_and_kwargs_chosen_by_a_condition():
+    src = """
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+dist.init_process_group(backend="gloo")
+kwargs = {'num_workers': 1, 'pin_memory': True} if use_cuda else {}
+train_loader = torch.utils.data.DataLoader(train_set, batch_size=64, shuffle=True, **kwargs)
+model = Net()
+Distributor = nn.parallel.DistributedDataParallel if use_cuda else nn.parallel.DistributedDataParallelCPU
+model = Distributor(model)
+for x, y in train_loader:
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+"""
+    assert "PT003" in ids(src)
+    assert "PT003" not in ids(src.replace("shuffle=True, **kwargs", "sampler=DistributedSampler(train_set), **kwargs"))

@@ -78,7 +78,8 @@ def star_kwarg(mod, call: ast.Call, name: str) -> tuple[ast.expr | None, bool]:
         if not values or (key and key + ".update" in _called(mod)):
             known = False
             continue
-        for val in values:
+        values = [b for v in values for b in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+        for val in values:  # ``{'num_workers': 1} if use_cuda else {}``: both branches
             if isinstance(val, ast.Dict):
                 for k, v in zip(val.keys, val.values):
                     if k is None or not isinstance(k, ast.Constant):

@@ -38,6 +38,7 @@ class TorchFacts:
                     self.dist = True
                 if qn.rsplit(".", 1)[-1] in _WRAPPERS:
                     self.wrapped = True
+        self.wrapped = self.wrapped or _wrapper_alias_called(mod)
         self.dist = self.dist or self.wrapped
         # the file starts the job itself (a training script, not a library that merely imports dist)
         self.started = self.wrapped or any(qn == "torch.distributed.init_process_group" or (
@@ -45,6 +46,19 @@ class TorchFacts:
             for _, qn in mod.calls)  # ``utils.init_distributed_mode(args)`` starts it too
         # ``model = smart_DDP(model)``, ``make_data_parallel(model, ...)``: DDP through a project helper
         self.helper_wrapped = any(_wraps_model(c, qn) for c, qn in mod.calls)
+
+
+def _wrapper_alias_called(mod) -> bool:
+    """``Distributor = nn.parallel.DistributedDataParallel if use_cuda else ...; model = Distributor(model)``."""
+    for name, values in mod.assigns.items():
+        if "." in name or name not in mod.functions and not any(
+                isinstance(v, (ast.IfExp, ast.Attribute, ast.Name)) for v in values):
+            continue
+        refs = [n for v in values for n in ast.walk(v) if isinstance(n, (ast.Attribute, ast.Name))]
+        if any((mod.qualname(r) or "").rsplit(".", 1)[-1] in _WRAPPERS for r in refs) and \
+                any(isinstance(c.func, ast.Name) and c.func.id == name for c, _ in mod.calls):
+            return True
+    return False
 
 
 def _loader_calls(mod):
