@@ -127,7 +127,10 @@ class KerasReplica:
         saved = sync.divisor
         source = self._train_input
         if self.world > 1 and source is not None and source.global_size:
-            sync.divisor = source.global_size / leading_size(batch)  # weight = this replica's share of the batch
+            # weight = this replica's share of the batch; a replica past the end of a global batch smaller than the
+            # replica count runs a repeated example (slice_bounds pads), whose gradient must count zero
+            padded = self.rank >= source.global_size
+            sync.divisor = float("inf") if padded else source.global_size / leading_size(batch)
         self._in_step = True
         try:
             logs = self.model.train_step(batch)

@@ -1,0 +1,37 @@
+"""Issue 24, item 2 on the Keras adapter: a last global batch smaller than the replica count (33 examples at batch
+8 leave 1) gives the replicas past its end a repeated example to run; its gradient counts zero, so 4 replicas
+train as one."""
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import allgpu  # noqa: E402
+
+keras = pytest.importorskip("keras")
+
+
+def _train():
+    strategy = allgpu.MirroredStrategy()
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(33, 6)).astype("float32")
+    y = (x @ rng.normal(size=(6, 1))).astype("float32")
+    with strategy.scope():
+        inputs = keras.Input((6,))
+        model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    return [w.copy() for w in model.get_weights()]
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(300)
+def test_a_last_batch_smaller_than_the_replica_count_trains_as_one_replica():
+    one = allgpu.launch(_train, num_replicas=1)[0]
+    for weights in allgpu.launch(_train, num_replicas=4):
+        for got, want in zip(weights, one):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
