@@ -1,7 +1,7 @@
 """Issue 24, item 2: an exact last batch. A short last global batch is split unevenly (a replica may get fewer
 examples or none, and still joins the all-reduce) and each replica's gradient counts by its share, so N replicas
 equal one replica at the same global batch, through distribute_dataset(drop_remainder=False) and a user's
-DataLoader(drop_last=False); evaluate counts each example once. 1, 2, 3 and 4 replicas; sizes leaving 1, N-1 and 0
+DataLoader(drop_last=False), in a loop and through fit; evaluate counts each example once. 1, 2, 3 and 4 replicas; sizes leaving 1, N-1 and 0
 examples over a global batch of 12; one launch per replica count."""
 
 import pytest
@@ -29,9 +29,12 @@ def _train(strategy, n, form):
         model = torch.nn.Linear(3, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     data = _data(n)
-    source = DataLoader(data, batch_size=BATCH, shuffle=True) if form == "loader" else data
+    source = DataLoader(data, batch_size=BATCH, shuffle=True) if form in ("loader", "fit") else data
     kwargs = {} if form == "loader" else {"global_batch_size": BATCH, "drop_remainder": False}
-    for _ in range(2):
+    if form == "fit":  # fit keeps a DataLoader's drop_last=False
+        allgpu.fit(model, optimizer, torch.nn.functional.mse_loss, source, epochs=2, global_batch_size=BATCH,
+                   strategy=strategy, num_workers=0, verbose=0, metrics=())
+    for _ in range(2 if form != "fit" else 0):
         for x, y in strategy.distribute_dataset(source, num_workers=0, **kwargs):
             optimizer.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()
@@ -42,7 +45,7 @@ def _train(strategy, n, form):
 
 
 def _cases(n_replicas):
-    return [(n, form) for n in (2 * BATCH + 1, 2 * BATCH + n_replicas - 1, 2 * BATCH) for form in ("dataset", "loader")]
+    return [(n, form) for n in (2 * BATCH + 1, 2 * BATCH + n_replicas - 1, 2 * BATCH) for form in ("dataset", "loader", "fit")]
 
 
 def _all_cases(n_replicas):

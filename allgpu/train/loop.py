@@ -66,7 +66,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
         model, optimizer: built inside ``strategy.scope()`` (a MirroredStrategy raises NotMirroredError otherwise).
         loss_fn: ``loss_fn(outputs, targets) -> scalar`` averaged over the batch (e.g. ``nn.CrossEntropyLoss()``).
         train_data: a map-style dataset of ``(x, y)`` examples (or a ``(x, y)`` tuple of tensors, or a DataLoader
-            whose dataset is used), the result of ``strategy.distribute_dataset``, or a ``tf.data`` dataset
+            whose dataset is used, keeping its drop_last), the result of ``strategy.distribute_dataset``, or a ``tf.data`` dataset
             batched by ``global_batch_size`` (split as ``tf.distribute`` splits it; ``shuffle``, ``seed`` and
             ``num_workers`` are then the pipeline's own).
         global_batch_size: examples per micro-step across all replicas; must divide by ``num_replicas_in_sync``.
@@ -182,8 +182,10 @@ def _distributed(strategy, train_data, global_batch_size, shuffle, seed, num_wor
         return train_data
     if is_tf_dataset(train_data):  # its batch(B) is the global batch; the pipeline shuffles (docs/tf_data.md)
         return strategy.distribute_dataset(train_data, global_batch_size)
+    # A DataLoader's drop_last=False keeps its short last batch, split unevenly and weighted by share (sampler.py).
+    drop = train_data.drop_last if isinstance(train_data, torch.utils.data.DataLoader) else None
     return strategy.distribute_dataset(train_data, global_batch_size, shuffle=shuffle, seed=seed,
-                                       num_workers=num_workers)
+                                       num_workers=num_workers, drop_remainder=drop)
 
 
 def _steps_per_epoch(data, max_steps: int | None) -> int | None:
