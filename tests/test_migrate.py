@@ -395,3 +395,13 @@ def test_lint_errors_left_in_the_result_are_reported():
             strategy.run(step, args=(batch,))
         """)
     assert not m.complete and "allgpu lint finds 1 error(s)" in m.report()
+
+
+def test_comments_above_a_removed_import_stay():
+    m = _migrate("""\
+        import sys
+        # the framework
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        """)
+    assert "# the framework\n" in m.result and "import tensorflow" not in m.result

@@ -63,6 +63,20 @@ def _without_tensorflow(stmt: cst.BaseStatement, aliases: dict[str, str]) -> cst
     return stmt.with_changes(body=[stmt.body[0].with_changes(names=kept)])
 
 
+def _drop_keeping_comments(body: list, kept: list) -> list:
+    """``kept`` without its Nones; a dropped statement's comment lines move onto the next statement kept."""
+    out, carry = [], []
+    for old, new in zip(body, kept):
+        if new is None:
+            carry += [line for line in old.leading_lines if line.comment is not None]
+            continue
+        if carry:
+            new = new.with_changes(leading_lines=[*carry, *new.leading_lines])
+            carry = []
+        out.append(new)
+    return out
+
+
 def _insertion_point(body: list[cst.BaseStatement]) -> int:
     """After the module docstring and ``from __future__`` imports."""
     i = 0
@@ -92,7 +106,7 @@ def finish(module: cst.Module, aliases: dict[str, str], tf_import_line: int | No
               if name in heads and name not in imported and not (name == "keras" and sets_backend)]
     body = list(module.body)
     if aliases and not heads & set(aliases):
-        body = [s for s in (_without_tensorflow(s, aliases) for s in body) if s is not None]
+        body = _drop_keeping_comments(body, [_without_tensorflow(s, aliases) for s in body])
         notes.append(Note(tf_import_line or 1, CHANGED, "import tensorflow removed: nothing left uses TensorFlow"))
     if not needed:
         return module.with_changes(body=body), notes
