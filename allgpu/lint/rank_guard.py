@@ -31,6 +31,15 @@ def rank_kinds(node: ast.AST, mod=None, _depth: int = 0) -> set[str]:
     """``{"job"}``, ``{"node"}``, both, or empty: the kinds of rank names ``node`` mentions.
 
     With ``mod``, a name bound only to per-node tests (``is_master = local_rank == 0``) is per-node too."""
+    if mod is not None and _depth == 0:
+        memo = mod.__dict__.setdefault("_rank_kinds", {})
+        if id(node) not in memo:
+            memo[id(node)] = frozenset(_rank_kinds(node, mod, 0))
+        return set(memo[id(node)])
+    return _rank_kinds(node, mod, _depth)
+
+
+def _rank_kinds(node: ast.AST, mod, _depth: int) -> set[str]:
     kinds: set[str] = set()
     per_node_pos = _modulo_names(node)
     for n in ast.walk(node):
