@@ -24,25 +24,33 @@ out = sys.argv[1]
 strategy = allgpu.ParameterServerStrategy(num_ps=1, timeout=60, worker_silence_s=float(os.environ["SILENCE"]))
 w = strategy.replica_id_in_sync  # only workers get here: the parameter server served and exited
 torch.manual_seed(10 + w)  # different on purpose: the initial values come from the parameter server
-with strategy.scope():
-    model = torch.nn.Linear(4, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 g = torch.Generator().manual_seed(0)
 x_all = torch.randn(256, 4, generator=g)
 data = torch.utils.data.TensorDataset(x_all, x_all @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]))
-first, steps = None, 0
-for epoch in range(5):
-    for x, y in strategy.distribute_dataset(data, 32, num_workers=0):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        first = loss.item() if first is None else first
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        steps += 1
-        if os.environ.get("SLOW") == str(w):
-            time.sleep(0.1)
-        if os.environ.get("DIE") == str(w) and steps == 3:
-            os.kill(os.getpid(), signal.SIGKILL)
+
+def train():
+    first, steps = None, 0
+    for epoch in range(5):
+        for x, y in strategy.distribute_dataset(data, 32, num_workers=0):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            first = loss.item() if first is None else first
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            steps += 1
+            if os.environ.get("SLOW") == str(w):
+                time.sleep(0.1)
+            if os.environ.get("DIE") == str(w) and steps == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+    return first, steps, loss
+
+with strategy.scope():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    if os.environ.get("INSIDE"):  # TensorFlow's pattern: trained inside the scope (issue 20)
+        first, steps, loss = train()
+if not os.environ.get("INSIDE"):
+    first, steps, loss = train()
 stats = strategy.server_stats()
 with open(os.path.join(out, f"worker{w}.json"), "w") as f:
     json.dump({"first": first, "last": loss.item(), "steps": steps, "pushes": stats["pushes"], "end": time.time()}, f)
@@ -73,7 +81,7 @@ def _job(tmp_path, **env):
 
 @pytest.mark.timeout(180)
 def test_two_workers_train_asynchronously_through_one_parameter_server(tmp_path):
-    codes, results = _job(tmp_path)
+    codes, results = _job(tmp_path, INSIDE=1)  # the training loop inside strategy.scope()
     assert [c for c, _ in codes] == [0, 0, 0], codes
     for w, r in results.items():
         assert r["steps"] == 40 and r["pushes"][str(w)] == 40  # every step was one update on the server

@@ -34,7 +34,7 @@ from allgpu.checkpoint.state import (
     param_names,
 )
 from allgpu.errors import ArgumentError, ArgumentTypeError, CheckpointError, warn_user
-from allgpu.runtime.live import check_supported
+from allgpu.runtime.live import check_supported, mirror_pending
 from allgpu.runtime.interrupt import note_checkpoints
 
 FORMAT = 1
@@ -43,6 +43,7 @@ _STAGING = StagingBuffers()  # reused by every background save of this process
 
 
 def _validate(directory, model, optimizer, epoch, step, data_state, extra, keep) -> Path:
+    mirror_pending()  # saving inside an open scope() saves mirrored (or sharded) state
     if not isinstance(directory, (str, os.PathLike)):
         raise ArgumentTypeError(f"save(directory={directory!r}): expected a str or os.PathLike directory path")
     if not isinstance(model, nn.Module):
@@ -242,7 +243,8 @@ def restore(
     """Load a checkpoint into ``model`` (and ``optimizer``) in place; return the rest as a ``CheckpointState``.
 
     Every replica may call it (each reads the file; no collective is used), except for a fully sharded (FSDP)
-    model, where every replica must call it (each reads its own shard). Given a directory, the newest
+    model, where every replica must call it (each reads its own shard), and inside an open ``scope()`` whose
+    modules are not yet mirrored (the restore is their first use: every replica calls it). Given a directory, the newest
     checkpoint that verifies is used: a corrupt newer one is skipped with a warning naming it and why.
     Given a checkpoint file or folder, exactly that one is used. The number of replicas may differ from
     the saving job's. Loading uses ``torch.load(weights_only=True)``.
@@ -257,6 +259,7 @@ def restore(
             / optimizer does not fit (naming missing and unexpected keys and the fix).
     """
     check_supported("checkpoint")
+    mirror_pending()  # restoring inside an open scope() restores into mirrored (or sharded) state
     if not isinstance(model, nn.Module):
         raise ArgumentTypeError(f"restore(model=...) got a {type(model).__name__}; expected a torch.nn.Module")
     path = Path(path_or_directory)

@@ -1,9 +1,8 @@
-"""Mirrored variables: what ``strategy.scope()`` records, and the check that catches what it did not.
+"""Mirrored variables: the broadcast that mirrors them, and the check that catches what was not mirrored.
 
-Inside ``scope()`` a global parameter-registration hook (``torch.nn.modules.module.
-register_module_parameter_registration_hook``) records every parameter and buffer created, while
-``torch.device(replica_device)`` makes them born on the replica's device. On leaving the scope they are made
-identical on every replica (broadcast from replica 0) and handed to gradient sync. Following
+Inside ``scope()`` what is created is recorded (:mod:`allgpu.core.scope_record`), born on the replica's device
+(``torch.device(replica_device)``), and at its first use or the scope's exit made identical on every replica
+(broadcast from replica 0) and handed to gradient sync. Following
 ``tf.distribute``, a trainable parameter used in training without having been mirrored is an error
 (:class:`~allgpu.errors.NotMirroredError`): a global forward pre-hook checks each module once, on its first
 forward with gradients enabled and tensor inputs (symbolic calls, as Keras makes to build a model, are not checked),
@@ -23,35 +22,6 @@ from torch.utils._pytree import tree_leaves
 
 from allgpu.errors import NotMirroredError, UnsupportedError
 from allgpu.core.replica_group import ReplicaGroup
-
-
-class ScopeRecorder:
-    """Records the parameters and buffers registered on any module while active."""
-
-    def __init__(self):
-        self.params: list[torch.nn.Parameter] = []
-        self.buffers: list[torch.Tensor] = []
-        self._handles: list = []
-
-    def __enter__(self) -> "ScopeRecorder":
-        self._handles = [
-            nn_module.register_module_parameter_registration_hook(self._on_param),
-            nn_module.register_module_buffer_registration_hook(self._on_buffer),
-        ]
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-
-    def _on_param(self, module, name, param):
-        if param is not None:
-            self.params.append(param)
-
-    def _on_buffer(self, module, name, buffer):
-        if buffer is not None:
-            self.buffers.append(buffer)
 
 
 def mirror_tensors(tensors: Iterable[torch.Tensor], group: ReplicaGroup, where: str = "strategy.scope() exit") -> None:
@@ -105,6 +75,8 @@ class MirrorCheck:
     def __init__(self, num_replicas: int, rank: int):
         self.num_replicas = num_replicas
         self.rank = rank
+        #: the open scope's :class:`~allgpu.core.scope_record.ScopeRecord` (set by the strategy), else None
+        self.record = None
         self._verified: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
         self._optimizers: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple]" = weakref.WeakKeyDictionary()
         self._handles = [nn_module.register_module_forward_pre_hook(self._check),
@@ -130,11 +102,25 @@ class MirrorCheck:
             handle.remove()
         self._handles = []
 
-    def _check(self, module: torch.nn.Module, args) -> None:
+    def _check(self, module: torch.nn.Module, args):
         if torch.compiler.is_compiling() or not torch.is_grad_enabled() or module in self._verified:
-            return
+            return None
         if not any(isinstance(a, torch.Tensor) for a in tree_leaves(args)):
-            return  # a symbolic call (Keras building a functional model from KerasTensors), not training
+            return None  # a symbolic call (Keras building a functional model from KerasTensors), not training
+        record = self.record
+        if record is not None and record.pending:
+            if record.watches(module):
+                return None  # its own first-use hook, run next, mirrors what the open scope created, then checks
+            changed = record.first_use(module, args, {})  # a wrapper made elsewhere (torch.compile) around it
+            args = changed[0] if changed is not None else args
+        self.check(module)
+        return args
+
+    def check(self, module: torch.nn.Module) -> None:
+        """Raise :class:`NotMirroredError` for the first trainable parameter of ``module`` not mirrored; once
+        ``module`` passes, its submodules are not checked again."""
+        if module in self._verified:
+            return
         if isinstance(module, _DATA_PARALLEL) and any(self.is_mirrored(p) for p in module.parameters()):
             raise UnsupportedError(_wrapped_message(module))
         if isinstance(module, torch.nn.parallel.DistributedDataParallel):
@@ -150,6 +136,8 @@ class MirrorCheck:
     def _check_optimizer(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:
         if torch.compiler.is_compiling():
             return
+        if self.record is not None and self.record.pending:  # a compiled forward reached no eager hook
+            self.record.mirror_now(late=True)
         shape = tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
         if self._optimizers.get(optimizer) == shape:
             return

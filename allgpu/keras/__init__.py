@@ -5,7 +5,8 @@ PyTorch backend (``KERAS_BACKEND=torch``), whose layers are ``torch.nn.Module`` 
 ``torch.nn.Parameter`` objects. Keras creates most variables lazily, when the model first sees data, which is
 usually after ``strategy.scope()`` has exited.
 
-``strategy.scope()`` records the Keras models constructed inside it (:class:`ModelRecorder`), and
+``strategy.scope()`` adopts each Keras model constructed inside it as its construction returns
+(:class:`ModelRecorder`), and
 ``strategy.mirror(model)`` adopts one built outside; each gets a :class:`~allgpu.keras.replica.KerasReplica`,
 which makes its own ``fit`` / ``evaluate`` distribute. Nothing here imports Keras until Keras is in use: this
 module is imported by the strategies, the submodules that need Keras are imported on demand.
@@ -35,15 +36,22 @@ def is_keras_model(obj: Any) -> bool:
 
 
 class ModelRecorder:
-    """Records the Keras models constructed while active (``tf.keras`` captured the strategy in ``Model.__init__``).
+    """Hands each Keras model constructed while active to ``on_model`` when its construction returns
+    (``tf.keras`` captured the strategy in ``Model.__init__``).
 
-    While active, ``keras.Model.__init__`` is wrapped so that every model (Sequential, functional, subclassed)
-    reaching it is appended to ``models``; the original is put back on exit. Inactive (records nothing) when
-    Keras is not imported or not on the PyTorch backend.
+    While active, ``keras.Model.__init__`` is wrapped: when the outermost ``__init__`` returns (a ``Sequential``
+    built with an ``Input`` constructs a functional model inside its own), ``on_model(models)`` receives the
+    models constructed during it, outermost last; the original is put back on exit. Inactive (records nothing)
+    when Keras is not imported or not on the PyTorch backend.
+
+    Args:
+        on_model: called with the list of models whose construction just returned; ``None`` only collects them
+            in ``models``.
     """
 
-    def __init__(self):
+    def __init__(self, on_model=None):
         self.models: list = []
+        self._on_model = on_model
         self._model_cls = None
         self._original = None
 
@@ -54,12 +62,20 @@ class ModelRecorder:
         from keras.src.models.model import Model
 
         self._model_cls, self._original = Model, Model.__dict__["__init__"]
-        original, models = self._original, self.models
+        original, recorder = self._original, self
+        depth = [0]
 
         @functools.wraps(original)
         def recording_init(model, *args, **kwargs):
-            original(model, *args, **kwargs)
-            models.append(model)
+            depth[0] += 1
+            start = len(recorder.models)
+            try:
+                original(model, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+            recorder.models.append(model)
+            if depth[0] == 0 and recorder._on_model is not None:
+                recorder._on_model(recorder.models[start:])
 
         Model.__init__ = recording_init
         return self

@@ -86,3 +86,15 @@ def check_supported(feature: str, strategy=None) -> None:
         reason = getattr(s, "unsupported", {}).get(feature)
         if reason:
             raise UnsupportedError(reason)
+
+
+def mirror_pending() -> None:
+    """Mirror what an open ``strategy.scope()`` of any live strategy created and has not mirrored yet.
+
+    ``fit``, ``evaluate`` and checkpoint save/restore call it first: they are a first use of what the scope built
+    (:mod:`allgpu.core.scope_record`). A collective when anything is pending (every replica reaches the same call).
+    """
+    for strategy, _ in live():
+        flush = getattr(strategy, "_mirror_pending", None)
+        if flush is not None:
+            flush()

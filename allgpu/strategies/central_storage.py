@@ -8,6 +8,8 @@ optimizer updates the central copy and keeps its state (Adam's moments, momentum
 optimizers see no gradient and keep no state. After the step replica 0 copies the central parameters into its
 working copy and broadcasts them: every replica refreshes. The compute devices then hold parameters and gradients
 only, never optimizer state: memory per device falls, at the price of a host-side update and a broadcast a step.
+A parameter changed in place between steps (``allgpu.checkpoint.restore``, an assignment under ``no_grad``), as
+its version counter shows, is copied into the central copy before the next step.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class CentralStorageStrategy(MirroredStrategy):
         self.central_device = central
         self._central: dict[int, torch.Tensor] = {}  # id(param) -> central copy, on replica 0 only
         self._owned: set[int] = set()
+        self._versions: dict[int, int] = {}  # id(param) -> its version counter when the central copy last matched
         self._swapped: list[tuple[torch.nn.Parameter, torch.Tensor, torch.Tensor | None]] = []
         self._hooks = [register_optimizer_step_pre_hook(self._before_step),
                        register_optimizer_step_post_hook(self._after_step)]
@@ -52,6 +55,7 @@ class CentralStorageStrategy(MirroredStrategy):
                 self._owned.add(id(p))
                 if self.is_chief:
                     self._central[id(p)] = p.detach().to(self.central_device, copy=True)
+                self._versions[id(p)] = p._version
 
     def central_copy(self, param: torch.nn.Parameter) -> torch.Tensor | None:
         """The central copy of ``param`` (on replica 0; None elsewhere)."""
@@ -62,6 +66,8 @@ class CentralStorageStrategy(MirroredStrategy):
 
     def _before_step(self, optimizer, args, kwargs) -> None:
         for p in self._params_of(optimizer):
+            if self.is_chief and p._version != self._versions[id(p)]:  # changed in place since the last step
+                self._central[id(p)].copy_(p.detach())  # (checkpoint restore, an assignment): the copy follows
             working, grad = p.data, p.grad
             if self.is_chief:
                 p.data = self._central[id(p)]
@@ -80,6 +86,8 @@ class CentralStorageStrategy(MirroredStrategy):
             p.data, p.grad = working, grad
         with torch.no_grad():
             mirror_tensors([w for _, w, _ in swapped], self._group, where="CentralStorageStrategy refresh")
+        for p, _, _ in swapped:
+            self._versions[id(p)] = p._version
 
     def close(self) -> None:
         for hook in self._hooks:

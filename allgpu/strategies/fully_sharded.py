@@ -3,7 +3,7 @@
 Built on PyTorch's FSDP2, ``torch.distributed.fsdp.fully_shard`` (parameters become ``DTensor``s sharded on dim 0),
 after Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models" (SC 2020) and
 Zhao et al., "PyTorch FSDP" (VLDB 2023). Start-up is :class:`MirroredStrategy`'s (same launch routes, same
-fallback); what differs is what ``scope()`` does on exit:
+fallback); what differs is what ``scope()`` does with what it created, at its first use or exit:
 
 1. parameters and buffers built inside are made identical on every replica (broadcast from replica 0);
 2. each model built inside is sharded: the units chosen by :mod:`allgpu.strategies.sharded.plan` first, then the
@@ -11,8 +11,8 @@ fallback); what differs is what ``scope()`` does on exit:
 3. optimizers built inside (over the not-yet-sharded parameters, as users write them) are pointed at the sharded
    parameters, so their state is sharded too.
 
-Keras models (PyTorch backend) built inside are sharded once Keras has built them (at scope exit when built
-there, else at the first ``fit`` / ``evaluate`` / ``predict``), with their Keras optimizer's state, by
+Keras models (PyTorch backend) built inside are sharded once Keras has built them (at their first use or the
+scope's exit when built there, else at the first ``fit`` / ``evaluate`` / ``predict``), with their Keras optimizer's state, by
 :mod:`allgpu.keras.sharded` (each Keras model is one FSDP unit).
 
 Forward all-gathers a unit's parameters and frees them afterwards (``reshard_after_forward=True``); backward
@@ -23,11 +23,9 @@ own shard. ``accumulate(k)`` / ``no_sync`` skip the reduce-scatter on non-final 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import datetime
 import gc
 import weakref
-from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -38,7 +36,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 
 from allgpu import keras as keras_support
 from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError, UnsupportedError
-from allgpu.core.mirror import ScopeRecorder, mirror_tensors
+from allgpu.core.mirror import mirror_tensors
 from allgpu.runtime.gloo_drain import wait_for_gloo_workers
 from allgpu.strategies.base.full_state import full_state
 from allgpu.strategies.sharded.meta_init import materialise, meta_roots
@@ -49,36 +47,6 @@ from allgpu.strategies.sharded.sync import ShardedGradientSync
 from allgpu.strategies.sharded.plan import describe, plan_units, validate_shard_modules
 
 PRECISIONS = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-class _ModuleRecorder(ScopeRecorder):
-    """ScopeRecorder that also remembers which modules registered parameters or children (weakly)."""
-
-    def __enter__(self) -> "_ModuleRecorder":
-        from torch.nn.modules import module as nn_module
-
-        self.modules: "weakref.WeakValueDictionary[int, nn.Module]" = weakref.WeakValueDictionary()
-        self.children: set[int] = set()
-        super().__enter__()
-        self._handles.append(nn_module.register_module_module_registration_hook(self._on_child))
-        return self
-
-    def _on_param(self, module, name, param):
-        super()._on_param(module, name, param)
-        self.modules[id(module)] = module
-
-    def _on_buffer(self, module, name, buffer):
-        super()._on_buffer(module, name, buffer)
-        self.modules[id(module)] = module
-
-    def _on_child(self, module, name, child):
-        if child is not None:
-            self.modules[id(module)] = module
-            self.children.add(id(child))
-
-    def roots(self) -> list[nn.Module]:
-        """Recorded modules that no recorded module holds as a child, in creation order."""
-        return [m for key, m in list(self.modules.items()) if key not in self.children]
 
 
 class FullyShardedStrategy(MirroredStrategy):
@@ -102,8 +70,8 @@ class FullyShardedStrategy(MirroredStrategy):
     Raises:
         TypeError / ValueError: a bad argument, raised before anything starts.
         DeviceError / StrategyStartError / ClusterConfigError: as for :class:`MirroredStrategy`.
-        ShardingError (at ``scope()`` exit): ``shard_modules`` splits a tied weight across units, or an optimizer
-            stepped before its parameters were sharded.
+        ShardingError (at the first use of what ``scope()`` created): ``shard_modules`` splits a tied weight
+            across units, or an optimizer stepped before its parameters were sharded.
     """
 
     #: every forward pass all-gathers parameters, so every replica must run the same number (``evaluate`` pads).
@@ -142,26 +110,26 @@ class FullyShardedStrategy(MirroredStrategy):
         return self._sync
 
     # -- variables ---------------------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def scope(self) -> Iterator["FullyShardedStrategy"]:
-        """Modules and optimizers created inside are sharded when the scope exits.
+    def _mirror_recorded(self, params: list, buffers: list, roots: list, late: bool) -> None:
+        """Shard what ``scope()`` created, at its first use or the outermost exit (base class: when).
 
-        Every replica must run the same scope (it broadcasts and shards collectively); nested scopes shard when
-        the outermost exits. Modules are born on the replica's device in full, then sharded, so one replica must
-        hold the whole model's parameters once at build time (not its gradients or optimizer state) -- unless
-        the model is built on the meta device (``with strategy.scope(), torch.device("meta"):``): then it is
-        sharded first and only the shards are materialised, one module's parameters in full at a time, each
-        initialised by its ``reset_parameters()`` under a seed from replica 0's ``torch.initial_seed()`` and the
-        module's name (:mod:`allgpu.strategies.sharded.meta_init`; the same on any replica count). Keras models
-        are sharded when Keras has built them (:meth:`_mirror_keras`); their ``fit`` etc. train on every replica.
+        Every replica must run the same scope (it broadcasts and shards collectively). Modules are born on the
+        replica's device in full, then sharded, so one replica must hold the whole model's parameters once at
+        build time (not its gradients or optimizer state) -- unless the model is built on the meta device
+        (``with strategy.scope(), torch.device("meta"):``): then it is sharded first and only the shards are
+        materialised, one module's parameters in full at a time, each initialised by its ``reset_parameters()``
+        under a seed from replica 0's ``torch.initial_seed()`` and the module's name
+        (:mod:`allgpu.strategies.sharded.meta_init`; the same on any replica count). Keras models are sharded
+        when Keras has built them (:meth:`_mirror_keras`); their ``fit`` etc. train on every replica.
+
+        Raises:
+            ShardingError: a sharded model's first use was an optimizer step (its gradients were computed in full).
         """
-        recorder, keras_models = _ModuleRecorder(), keras_support.ModelRecorder()
-        with self._recording(recorder, keras_models):
-            yield self
-        if self._scope_depth == 0:  # an enclosing scope's recorder saw everything; it shards the whole model
-            roots = [r for r in recorder.roots() if not keras_support.is_keras_model(r)]
-            self._shard(roots, recorder.buffers)
-        keras_support.adopt(self, keras_models.models)  # Keras models are sharded once built (_mirror_keras)
+        if late and any(p.grad is not None for p in params):
+            raise ShardingError("an optimizer stepped before the model built in strategy.scope() ran a forward pass "
+                                "allgpu could see (a fully compiled call), so it was not sharded in time. Fix: run "
+                                "one forward pass eagerly first, or leave the scope before compiling.")
+        self._shard([r for r in roots if not keras_support.is_keras_model(r)], buffers)
 
     def mirror(self, module: nn.Module) -> nn.Module:
         """Shard a module built outside ``scope()`` (broadcast from replica 0, then ``fully_shard``). Returns it.
@@ -195,13 +163,14 @@ class FullyShardedStrategy(MirroredStrategy):
             seed = self._group.broadcast_object(torch.initial_seed(), where="strategy.scope() exit (meta init seed)")
             mirror_tensors([b for b in buffers if not b.is_meta], self._group)
         else:
-            mirror_tensors([p for r in roots for p in r.parameters()] + buffers, self._group)
+            mirror_tensors([p for r in roots for p in r.parameters() if not isinstance(p, DTensor)] + buffers,
+                           self._group)  # a module sharded before (wrapped in a new root) is identical already
         replaced: dict[int, nn.Parameter] = {}
         originals: list[nn.Parameter] = []  # kept alive until optimizers are re-pointed, so their ids stay unique
         for root in roots:
             root_name = type(root).__name__
             before = list(root.named_parameters(remove_duplicate=False))
-            units = plan_units(root, self.shard_modules)
+            units = [u for u in plan_units(root, self.shard_modules) if not isinstance(u, FSDPModule)]
             for unit in units:
                 fully_shard(unit, **self._fsdp_kwargs())
             fully_shard(root, **self._fsdp_kwargs())

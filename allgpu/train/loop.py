@@ -18,7 +18,7 @@ from allgpu.core.data import (DistributedDataset, PerReplicaInput, as_map_datase
                          per_replica_batch_size)
 from allgpu.core.data_rng import seeded
 from allgpu.core.one_program import fingerprint
-from allgpu.runtime.live import check_supported
+from allgpu.runtime.live import check_supported, mirror_pending
 from allgpu.monitor import StepMonitor, session as monitor_session
 from allgpu.strategies.base.strategy import Strategy
 from allgpu.core.memory_fit import warn_if_too_large
@@ -102,6 +102,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
     """
     strategy = strategy or _default_strategy(model)
     check_supported("fit", strategy)
+    mirror_pending()  # training inside an open scope() trains mirrored parameters
     warn_if_too_large(strategy, model, optimizer)  # on CUDA: would not fit mirrored, would sharded
     session = monitor_session.current()
     if session is not None:  # allgpu doctor --run: the session bounds the run and turns the monitor on
@@ -270,6 +271,7 @@ def evaluate(model: torch.nn.Module, loss_fn: Callable, data, *, global_batch_si
     reduced once at the end, so the result equals a single-replica evaluation. Returns ``{name: mean}``.
     """
     strategy = strategy or _default_strategy(model)
+    mirror_pending()
     data = as_map_dataset(data)
     examples = seeded(data, 0)
     strategy._one_program.same_data((type(data).__name__, len(data)),

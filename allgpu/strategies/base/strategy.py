@@ -20,21 +20,22 @@ from torch.utils.data import DataLoader
 from allgpu.errors import ArgumentError, ArgumentTypeError
 from allgpu.runtime import live
 from allgpu.core.accumulate import Accumulation
-from allgpu import keras as keras_support
 from allgpu.keras.tf_data import distributed as tf_input, is_tf_dataset, limit_if_imported
 from allgpu.core.compiling import CompileOverlap, compile_model
 from allgpu.core.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput, batched_loader_settings
-from allgpu.core.mirror import MirrorCheck, ScopeRecorder, mirror_tensors
+from allgpu.core.mirror import MirrorCheck
 from allgpu.core.one_program import OneProgram
 from allgpu.core.one_writer import OneWriter
 from allgpu.core.replica_group import ReplicaGroup
 from allgpu.strategies.base.checks import op_name, validate_sync_options
 from allgpu.strategies.base.full_state import full_state, install_torch_save
+from allgpu.core.scope_record import ScopeRecord
+from allgpu.strategies.base.scope import ScopeVariables
 from allgpu.strategies.base.tf_names import TFNames
 from allgpu.core.sync import GradientSync
 
 
-class Strategy(TFNames):
+class Strategy(ScopeVariables, TFNames):
     """Where parameters live and how they are kept in sync.
 
     Subclass constructors validate their own arguments, obtain a :class:`~allgpu.runtime.placement.Placement`
@@ -56,6 +57,7 @@ class Strategy(TFNames):
         self._mirrored_ids: set[int] = set()
         self._accumulations: dict[int, Accumulation] = {}
         self._scope_depth = 0
+        self._record: ScopeRecord | None = None  # what the open scope() created, until mirrored
         self._data_epochs = EpochCounter()
         self._writer = OneWriter(group)  # files written once, by replica 0 (model.save, torch.save of full state)
         if group.world_size > 1:
@@ -131,67 +133,6 @@ class Strategy(TFNames):
         return (f"{type(self).__name__}(replica {self.replica_id_in_sync} of {self.num_replicas_in_sync}, "
                 f"device={self.device})")
 
-    # -- variables ---------------------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def scope(self) -> Iterator["Strategy"]:
-        """Modules and optimizers created inside are mirrored. A collective (at the outermost exit).
-
-        Their parameters are allocated on the replica's device, made identical on every replica (broadcast from
-        replica 0) when the outermost scope exits, and their gradients are averaged across replicas by the time
-        ``loss.backward()`` returns. Follows ``tf.distribute.Strategy.scope``.
-
-        Keras models (PyTorch backend) constructed inside also have their lazily created variables mirrored when
-        they are built, and their ``fit``/``evaluate`` train on every replica (:mod:`allgpu.keras`).
-        """
-        recorder = ScopeRecorder()
-        keras_models = keras_support.ModelRecorder()
-        with self._recording(recorder, keras_models):
-            yield self
-        self._mirror(recorder.params, recorder.buffers)
-        keras_support.adopt(self, keras_models.models)
-
-    @contextlib.contextmanager
-    def _recording(self, *recorders) -> Iterator[None]:
-        """The body of ``scope()``: tensors born on the replica's device, ``recorders`` active, depth counted."""
-        self._scope_depth += 1
-        try:
-            with contextlib.ExitStack() as stack:
-                stack.enter_context(torch.device(self.device))
-                for recorder in recorders:
-                    stack.enter_context(recorder)
-                yield
-        finally:
-            self._scope_depth -= 1
-
-    def mirror(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Mirror a module built outside ``scope()`` (loaded from disk, say): move, broadcast, sync. Returns it.
-
-        A Keras model (PyTorch backend) is mirrored as if built in ``scope()``: its variables now and when it is
-        built later, and its ``fit``/``evaluate`` train on every replica. A collective.
-        """
-        if keras_support.is_keras_model(module):
-            keras_support.adopt(self, [module])
-            return module
-        if not isinstance(module, torch.nn.Module):
-            raise ArgumentTypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
-        self._mirror(list(module.parameters()), list(module.buffers()))
-        return module
-
-    def _mirror(self, params: list, buffers: list) -> None:
-        params = [p for p in params if id(p) not in self._mirrored_ids]
-        if not params and not buffers:
-            return
-        mirror_tensors(params + buffers, self._group)
-        self._mirrored_ids.update(id(p) for p in params)
-        self._sync.add(params)
-        self._sync.add_buffers(buffers)
-        if self._check is not None:
-            self._check.add(params)
-
-    def _mirror_keras(self, model, values: list, optimizer_values: list) -> None:
-        """Mirror a Keras model's built variables (called by :class:`allgpu.keras.replica.KerasReplica`)."""
-        self._mirror(values, optimizer_values)
-
     def full_state_dict(self, model: torch.nn.Module) -> dict:
         """``model``'s complete state dict (name -> CPU tensor copy) on every replica; local (``FullyShardedStrategy``:
         on replica 0, a collective). ``torch.save(strategy.full_state_dict(model), path)`` may run on every replica:
@@ -209,6 +150,7 @@ class Strategy(TFNames):
         one graph and every all-reduce waits for its end. ``compile_kwargs`` are ``torch.compile``'s. Local.
         Returns the compiled module (it shares ``model``'s parameters).
         """
+        self._mirror_pending()  # the graph is split at gradient-bucket boundaries: the buckets must exist
         return compile_model(model, self._sync, backend=backend, **compile_kwargs)
 
     # -- computation -------------------------------------------------------------------------------------------
@@ -229,6 +171,7 @@ class Strategy(TFNames):
         if not isinstance(args, (tuple, list)):
             raise ArgumentTypeError(f"strategy.run(fn, args=...) takes a tuple of arguments; got {type(args).__name__}. "
                             "Fix: args=(batch,) with a trailing comma.")
+        self._mirror_pending()  # a first use of what an open scope() created
         return fn(*args, **(kwargs or {}))
 
     def reduce(self, op: str, value: Any, axis: int | None = None) -> torch.Tensor:
@@ -317,6 +260,7 @@ class Strategy(TFNames):
 
             raise UnsupportedError(f"{type(self).__name__} cannot step the optimizer inside backward: "
                                    f"{self._no_optimizer_in_backward} Fix: call optimizer.step() as usual.")
+        self._mirror_pending()
         if optimizer is not None:
             stray = [p for group in optimizer.param_groups for p in group["params"]
                      if p.requires_grad and not self._sync.synchronises(p)]
