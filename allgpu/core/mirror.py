@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_leaves
 
 from allgpu.errors import NotMirroredError, UnsupportedError
 from allgpu.core.replica_group import ReplicaGroup
+from allgpu.core.scope_record import open_records
 
 
 def mirror_tensors(tensors: Iterable[torch.Tensor], group: ReplicaGroup, where: str = "strategy.scope() exit") -> None:
@@ -75,8 +76,6 @@ class MirrorCheck:
     def __init__(self, num_replicas: int, rank: int):
         self.num_replicas = num_replicas
         self.rank = rank
-        #: the open scope's :class:`~allgpu.core.scope_record.ScopeRecord` (set by the strategy), else None
-        self.record = None
         self._verified: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
         self._optimizers: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple]" = weakref.WeakKeyDictionary()
         self._handles = [nn_module.register_module_forward_pre_hook(self._check),
@@ -107,8 +106,9 @@ class MirrorCheck:
             return None
         if not any(isinstance(a, torch.Tensor) for a in tree_leaves(args)):
             return None  # a symbolic call (Keras building a functional model from KerasTensors), not training
-        record = self.record
-        if record is not None and record.pending:
+        for record in open_records():  # any strategy's open scope: its first use mirrors what it holds
+            if not record.pending:
+                continue
             if record.watches(module):
                 return None  # its own first-use hook, run next, mirrors what the open scope created, then checks
             changed = record.first_use(module, args, {})  # a wrapper made elsewhere (torch.compile) around it
@@ -136,8 +136,8 @@ class MirrorCheck:
     def _check_optimizer(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:
         if torch.compiler.is_compiling():
             return
-        if self.record is not None and self.record.pending:  # a compiled forward reached no eager hook
-            self.record.mirror_now(late=True)
+        for record in open_records():  # still pending at a step: a compiled forward reached no eager hook
+            record.mirror_now(late=True)
         shape = tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
         if self._optimizers.get(optimizer) == shape:
             return

@@ -27,6 +27,15 @@ import torch
 from torch.nn.modules import module as nn_module
 from torch.utils._pytree import tree_leaves
 
+_OPEN: list["ScopeRecord"] = []  # records of the scopes open in this process, any strategy's
+
+
+def open_records() -> list["ScopeRecord"]:
+    """The records of every ``scope()`` open in the process (any strategy's): what they hold is not an unmirrored
+    parameter for any strategy's check, since their first use mirrors it."""
+    return list(_OPEN)
+
+
 #: ``mirror(params, buffers, roots, late)``: the strategy's mirroring (a collective). ``roots`` are the recorded
 #: modules no recorded module holds as a child, in creation order; ``late`` is True when gradients were already
 #: computed without synchronisation (an optimizer step was the first use), so the strategy averages them too.
@@ -56,6 +65,7 @@ class ScopeRecord:
 
     # -- recording ---------------------------------------------------------------------------------------------
     def __enter__(self) -> "ScopeRecord":
+        _OPEN.append(self)
         self._registration = [
             nn_module.register_module_parameter_registration_hook(self._on_param),
             nn_module.register_module_buffer_registration_hook(self._on_buffer),
@@ -156,6 +166,8 @@ class ScopeRecord:
     def close(self) -> None:
         """Stop recording and remove the first-use hooks, mirroring nothing (a scope left by an exception)."""
         self.__exit__()
+        if self in _OPEN:
+            _OPEN.remove(self)
         for handle in self._first_use.values():
             handle.remove()
         self.params, self.buffers, self._ids = [], [], set()

@@ -43,8 +43,6 @@ class ScopeVariables:
         outermost = self._record is None
         if outermost:
             self._record = ScopeRecord(self._mirror_recorded, self._first_use)
-            if self._check is not None:
-                self._check.record = self._record
         record = self._record
         self._scope_depth += 1
         mirror_at_exit = False
@@ -61,8 +59,6 @@ class ScopeVariables:
             self._scope_depth -= 1
             if outermost:
                 self._record = None
-                if self._check is not None:
-                    self._check.record = None
                 try:
                     if mirror_at_exit:  # the body finished on this replica, so on the others: mirror together
                         record.mirror_now()
