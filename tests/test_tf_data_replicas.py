@@ -32,12 +32,12 @@ def _keras_part(strategy, tf):
     ds = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=3)
           .map(lambda a, b: (a * 0.5, b), num_parallel_calls=tf.data.AUTOTUNE).cache().batch(BATCH)
           .prefetch(tf.data.AUTOTUNE))
-    with strategy.scope():
+    with strategy.scope():  # built, compiled and trained in the scope, as the seeds do
         model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(1)])
         model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse", metrics=["mae"])
-    history = model.fit(ds, epochs=3, verbose=0, validation_data=ds.take(2))  # trained outside scope(), for now
-    final = model.evaluate(ds, verbose=0, return_dict=True)
-    predicted = model.predict(tf.data.Dataset.from_tensor_slices(x).batch(40), verbose=0)  # last batch: 9
+        history = model.fit(ds, epochs=3, verbose=0, validation_data=ds.take(2))
+        final = model.evaluate(ds, verbose=0, return_dict=True)
+        predicted = model.predict(tf.data.Dataset.from_tensor_slices(x).batch(40), verbose=0)  # last batch: 9
     return {"weights": [w.copy() for w in model.get_weights()], "history": history.history, "final": final,
             "predicted": predicted}
 
@@ -60,9 +60,10 @@ def _loop_part(strategy, tf):
         torch.nn.functional.mse_loss(net(batch["x"]), batch["y"]).backward()
         opt.step()
 
-    for _ in range(2):
-        for batch in strategy.experimental_distribute_dataset(ds):
-            strategy.run(step, args=(batch,))
+    with strategy.scope():  # a custom loop inside the scope, as TensorFlow's guides write it
+        for _ in range(2):
+            for batch in strategy.experimental_distribute_dataset(ds):
+                strategy.run(step, args=(batch,))
 
     def dataset_fn(context):  # TensorFlow's pattern: shard by element, batch per replica
         per = context.get_per_replica_batch_size(BATCH)
