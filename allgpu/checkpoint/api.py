@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 
 import allgpu
-from allgpu.checkpoint import collective, sharded, sharded_model, store
+from allgpu.checkpoint import collective, sharded, sharded_model, store, tf_layout
 from allgpu.checkpoint.format import CorruptCheckpointError, read_file, write_file
 from allgpu.checkpoint.preflight import directory_error
 from allgpu.checkpoint.pending import PendingCheckpoint, track, wait_pending
@@ -220,15 +220,19 @@ def newest_on_disk(directory: str | os.PathLike) -> Path | None:
     return found[0].path if found else None
 
 
-def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
+def latest_checkpoint(directory: str | os.PathLike) -> Path | str | None:
     """Newest checkpoint in ``directory`` whose checksum verifies, or None (also for a missing directory).
 
     A newer checkpoint that fails verification (truncated, bit-flipped, unfinished) is skipped with a
-    ``warnings.warn`` naming it and why.
+    ``warnings.warn`` naming it and why. A directory in TensorFlow's layout (a ``checkpoint`` state file, as
+    written by :class:`allgpu.checkpoint.Checkpoint` / ``CheckpointManager`` or by TensorFlow) gives the newest
+    ``prefix-N`` as a str, as ``tf.train.latest_checkpoint`` does; allgpu's own layout gives a ``Path``.
 
     Raises:
         CheckpointError: ``directory`` is a file.
     """
+    if (Path(directory) / tf_layout.STATE_FILE).is_file():
+        return tf_layout.latest(directory)
     return store.latest(Path(directory))
 
 
