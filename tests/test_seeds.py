@@ -129,12 +129,6 @@ def runs(tmp_path_factory):
         path = folder / f"{name.replace(':', '_')}.py"
         path.write_text(migration.result)
         manifest.append([name, str(path)])
-    # 003.2 calls its step directly inside the scope (no strategy.run, no fit): it runs first, as in a process of
-    # its own. After another example, that example's strategy (alive in this process: a strategy cannot be ended
-    # and a new one started in the same process) checks the new scope's model at its first forward, before the
-    # new strategy mirrors it, and raises NotMirroredError: an allgpu bug a notebook re-running its strategy cell
-    # would meet too (reported with issue 20 part 1), not one of the example.
-    manifest.sort(key=lambda entry: entry[0] != "003.2")
     (folder / "manifest.json").write_text(json.dumps(manifest))
     runner = str(Path(__file__).with_name("seed_runner.py"))
     env = {**os.environ, "ALLGPU_TIMEOUT": "120"}  # an example that fails on one replica stops the other soon
