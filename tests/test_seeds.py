@@ -58,7 +58,6 @@ KIND = {"000.1": "trains", "000.2": "trains", "000.3": "builds", "001.1": "build
         "001.3": "trains", "002.1": "trains", "002.2": "trains", "002.3": "trains", "003.1": "trains",
         "003.2": "trains", "003.3": "builds", "004.3": "trains",
         "case:custom_loop": "trains", "case:keras_functional": "trains"}
-WAITING: dict = {}  # examples expected to fail until a named issue lands (none now)
 
 
 def _all():
@@ -155,8 +154,7 @@ def _weights(folder, replicas, name, rank=0):
 
 def _cases():
     for name in sorted(KIND):
-        marks = [pytest.mark.xfail(strict=True, reason=WAITING[name])] if name in WAITING else []
-        marks += [] if name.startswith("case:") else [NEEDS_SEEDS]
+        marks = [] if name.startswith("case:") else [NEEDS_SEEDS]
         yield pytest.param(name, marks=marks, id=name)
 
 
