@@ -405,3 +405,25 @@ def test_comments_above_a_removed_import_stay():
         strategy = tf.distribute.MirroredStrategy()
         """)
     assert "# the framework\n" in m.result and "import tensorflow" not in m.result
+
+
+@pytest.mark.parametrize("imports", [
+    "from tensorflow import keras",
+    "from tensorflow.keras import layers",
+    "import tensorflow.keras as K",
+    "from keras import layers",
+    "import tensorflow as tf\nimport keras",
+])
+def test_every_form_that_imports_keras_gets_the_torch_backend_first(imports):
+    m = _migrate(f'"""doc"""\n{imports}\nx = 1\n')
+    lines = m.result.splitlines()
+    backend = lines.index('os.environ["KERAS_BACKEND"] = "torch"  # before the first `import keras`: Keras 3 on PyTorch')
+    first_keras = next(i for i, line in enumerate(lines) if "keras" in line.split("#")[0] and "environ" not in line)
+    assert lines[0] == '"""doc"""' and lines[backend - 1] == "import os" and backend < first_keras
+    assert any("KERAS_BACKEND" in msg for _, msg in _kinds(m, CHANGED))
+    assert migrate_source(m.result).result == m.result  # set once
+
+
+def test_a_script_choosing_its_keras_backend_is_left_to_it():
+    source = 'import os\nos.environ["KERAS_BACKEND"] = "jax"\nimport keras\n'
+    assert not migrate_source(source).changed

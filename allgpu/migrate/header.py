@@ -3,13 +3,24 @@ where they are now used, ``tensorflow`` dropped when nothing uses it any more.""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from allgpu.migrate.cst import dotted, statement
 from allgpu.migrate.notes import CHANGED, Note
 
 BACKEND = 'os.environ["KERAS_BACKEND"] = "torch"  # before the first `import keras`: Keras 3 on PyTorch\n'
+BACKEND_NOTE = ('os.environ["KERAS_BACKEND"] = "torch" added before the first keras import: without it Keras 3 '
+                'runs on its TensorFlow backend, which allgpu does not distribute')
 ADDED = ("keras", "torch", "allgpu")
+_KERAS_IMPORT = re.compile(r"\s*(import\s+(tensorflow\.)?keras\b|from\s+(tensorflow\.)?keras\b"
+                           r"|from\s+tensorflow\s+import\s+.*\bkeras\b)")
+
+
+def keras_import_line(source: str) -> int:
+    """The original line of the script's first keras import (1 when none is found by its text)."""
+    return next((n for n, line in enumerate(source.splitlines(), 1) if _KERAS_IMPORT.match(line)), 1)
 
 
 def _used_heads(module: cst.Module) -> set[str]:
@@ -28,6 +39,22 @@ def _used_heads(module: cst.Module) -> set[str]:
 
     module.visit(_Heads())
     return heads
+
+
+def _imports_keras(module: cst.Module) -> bool:
+    """Whether ``module`` imports Keras anywhere (``import keras[.x] [as K]``, ``from keras[.x] import ...``)."""
+    found = []
+
+    class _Keras(cst.CSTVisitor):
+        def visit_Import(self, node: cst.Import) -> None:
+            found.extend(a for a in node.names if (dotted(a.name) or "").split(".")[0] == "keras")
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+            if not node.relative and (dotted(node.module) or "").split(".")[0] == "keras":
+                found.append(node)
+
+    module.visit(_Keras())
+    return bool(found)
 
 
 def _plain_import(stmt: cst.CSTNode) -> str | None:
@@ -108,10 +135,13 @@ def finish(module: cst.Module, aliases: dict[str, str], tf_import_line: int | No
     if aliases and not heads & set(aliases):
         body = _drop_keeping_comments(body, [_without_tensorflow(s, aliases) for s in body])
         notes.append(Note(tf_import_line or 1, CHANGED, "import tensorflow removed: nothing left uses TensorFlow"))
-    if not needed:
+    backend = not sets_backend and ("keras" in needed or _imports_keras(module))
+    if not needed and not backend:
         return module.with_changes(body=body), notes
     header: list[cst.BaseStatement] = []
-    if "keras" in needed:
+    if backend:
+        if "keras" not in needed:  # the script's own (or rewritten) keras import: Keras alone would pick TensorFlow
+            notes.append(Note(keras_import_line(source), CHANGED, BACKEND_NOTE))
         header += [statement("import os\n"), statement(BACKEND)]
     header += [statement(f"import {name}\n") for name in needed]
     added = {_plain_import(s) for s in header} - {None}
