@@ -427,3 +427,30 @@ def test_every_form_that_imports_keras_gets_the_torch_backend_first(imports):
 def test_a_script_choosing_its_keras_backend_is_left_to_it():
     source = 'import os\nos.environ["KERAS_BACKEND"] = "jax"\nimport keras\n'
     assert not migrate_source(source).changed
+
+
+def test_reset_states_renamed_on_metrics_and_rnn_layers_reported_elsewhere():
+    m = _migrate("""\
+        import tensorflow as tf
+        from tensorflow.keras.metrics import Mean
+        loss = tf.keras.metrics.Mean()
+        acc = Mean()
+        lstm = tf.keras.layers.LSTM(4, stateful=True)
+        model = tf.keras.Sequential([lstm])
+        loss.reset_states()
+        acc.reset_states(); lstm.reset_states()
+        for metric in model.metrics:
+            metric.reset_states()
+        model.reset_states()
+        other.reset_states()
+        """)
+    assert "loss.reset_state()" in m.result and "acc.reset_state(); lstm.reset_state()" in m.result
+    assert "metric.reset_state()" in m.result
+    assert "model.reset_states()" in m.result and "other.reset_states()" in m.result  # left, and said why
+    left = dict(_kinds(m, NOT_CONVERTED))
+    assert "model.layers" in left[11] and "cannot tell" in left[12] and not m.complete
+    assert any(line == 7 and "reset_state()" in msg for line, msg in _kinds(m, CHANGED))
+
+
+def test_reset_states_in_a_script_without_keras_is_none_of_keras2s():
+    assert not migrate_source("import torch\nrnn.reset_states()\n").notes

@@ -10,7 +10,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from allgpu.errors import MigrateInputError
-from allgpu.migrate import header, names
+from allgpu.migrate import header, names, reset_states
 from allgpu.migrate.cst import tensorflow_aliases
 from allgpu.migrate.notes import LINT, NOT_CONVERTED, Migration, Note
 from allgpu.migrate.rename import Rename, script_facts
@@ -67,6 +67,7 @@ def migrate_source(source: str, path: str = "script.py", *, lint: bool = True) -
         if len(found) == 1 else None
     rename = Rename(aliases, _names_used(module), only, distributed=bool(found))
     rename.input_functions, rename.tf_checkpoints = script_facts(module, aliases)
+    rename.resets = reset_states.receivers(module, aliases)
     migrated = MetadataWrapper(module, unsafe_skip_copy=True).visit(rename)
     fixes = model_notes(rename.models, rename.fixed, only, bool(found), frozenset(rename.in_functions))
     migrated, imports = header.finish(migrated, aliases, _tf_import_line(source), source)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import PositionProvider
 
-from allgpu.migrate import keras_api, names, tape
+from allgpu.migrate import keras_api, names, reset_states, tape
 from allgpu.migrate.cst import dotted, expr, qualify
 from allgpu.migrate.notes import CHANGED, KEPT, NOT_CONVERTED, Note
 from allgpu.migrate.scope_fix import assigned_name, insert_mirrors, keras_model_call
@@ -29,6 +29,7 @@ class Rename(cst.CSTTransformer):
         self.distributed = distributed  # the script makes a tf.distribute strategy
         self.input_functions: set[str] = set()  # functions given to a pipeline's .map(): tf.data input code
         self.tf_checkpoints = False  # the script uses tf.train.Checkpoint / CheckpointManager
+        self.resets: dict[str, str | None] | None = None  # reset_states.receivers(): what each name holds
         self.fixed: set[int] = set()  # lines of the models mirrored
         self.aliases = aliases
         self.taken = taken
@@ -132,6 +133,8 @@ class Rename(cst.CSTTransformer):
         self._tf_data_depth -= self._builds_input(original)
         if self.distributed:
             self._batch_note(original)
+        if self.resets is not None and reset_states.is_reset_states(updated):
+            return self._reset_states(original, updated)
         target = dotted(updated.func)
         if target in names.POSITIONAL_LIMIT and dotted(original.func) != target:
             return self._limited(original, updated, target)
@@ -147,6 +150,15 @@ class Rename(cst.CSTTransformer):
             self._forget(original.args[i])
         self.note(original, CHANGED, "; ".join([f"{source}(...) -> {target}(...)", *messages]))
         return converted
+
+    def _reset_states(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """Keras 2's ``X.reset_states()``: ``X.reset_state()`` for a metric or an RNN layer, else reported."""
+        call, receiver, why = reset_states.rewrite(updated, self.resets)
+        if why:
+            self.note(original, NOT_CONVERTED, f"{receiver}.reset_states(): {why}")
+        else:
+            self.note(original, CHANGED, f"{receiver}.reset_states() -> {receiver}.reset_state() (Keras 3's name)")
+        return call
 
     def _batch_note(self, call: cst.Call) -> None:
         """A constant batch size stays the global batch (its meaning in tf.distribute and in allgpu): say so."""
