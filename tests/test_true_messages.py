@@ -1,10 +1,11 @@
 """Issue 24, item 5: messages true to what happened. A replica that raised is reported with its error (never
 "still running", even while it is still exiting), and a replica that crashed is named as ended with its error and
-line in the others' collective error (never "behind"). Warnings' locations: tests/test_warning_location.py."""
+line in the others' collective error (never "behind"); the same under `allgpu run` (the elastic launcher's
+summary), where a truly slow replica is still named as running. Warnings' locations: tests/test_warning_location.py."""
 
 import pytest
 
-from tests.harness import run_python, write_script
+from tests.harness import run_cli, run_python, write_script
 
 SCRIPT = """
 import sys, torch, allgpu
@@ -40,3 +41,30 @@ def test_a_replica_that_raised_the_same_error_is_never_still_running(tmp_path):
     assert summary and "replica 1" in summary[0] and "ValueError: the same error on every replica" in summary[0], \
         result.stderr[-2000:]
     assert "still running" not in result.stderr
+
+
+ELASTIC = """
+import os, sys, time, allgpu
+strategy = allgpu.MirroredStrategy()
+time.sleep(0.5 + 0.3 * strategy.replica_id_in_sync)  # replica 1 raises 0.3 s after replica 0
+if strategy.is_chief or sys.argv[1] == "raise":
+    raise RuntimeError("the same error on every replica")  # line 6
+time.sleep(60)  # truly slow: still running when replica 0's failure ends the job
+"""
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["raise", "slow"])
+def test_allgpu_run_names_a_replica_that_raised_by_its_error_and_a_slow_one_as_running(tmp_path, mode):
+    script = write_script(tmp_path, "train.py", ELASTIC)
+    result = run_cli("run", "--cpu-replicas", "2", str(script), mode, timeout=90, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-2000:]
+    summary = [line for line in result.stderr.splitlines() if line.startswith("The other replicas: replica 1")]
+    assert summary, result.stderr[-2000:]
+    if mode == "raise":
+        assert "replica 1 (pid" in summary[0] and "raised the same RuntimeError at train.py:6" in summary[0], summary
+        assert "still running" not in result.stderr
+    else:
+        assert "still running (slow, or waiting elsewhere) when the job was stopped" in summary[0], summary
+        assert "raised" not in summary[0]

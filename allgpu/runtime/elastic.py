@@ -32,7 +32,7 @@ from typing import Iterator, Mapping, Sequence
 
 from allgpu.errors import ClusterConfigError, DeviceError, ScriptNotFoundError
 from allgpu.runtime import env as launch_env
-from allgpu.runtime.agent_stop import ending_frozen_replicas, stopped_replicas, stopped_state
+from allgpu.runtime.agent_stop import ending_frozen_replicas, stopped_replicas, stopped_words
 from allgpu.runtime.interrupt import SIGINT_WORDS
 from allgpu.runtime.cluster import from_tf_config_env, split_host_port
 from allgpu.runtime.threads import threads_per_replica
@@ -309,17 +309,10 @@ def describe_failure(error, max_restarts: int) -> str:
         lines += [f"Traceback of replica {rank}:", trace.rstrip()]
     elif message:
         lines.append(str(message))
-    others = [_stopped(r, f) for r, f in sorted(error.failures.items()) if r != rank]
+    others = [stopped_words(r, f, _status(f), first) for r, f in sorted(error.failures.items()) if r != rank]
     if others:
-        lines.append("Also stopped: " + "; ".join(others) + ".")
+        lines.append("The other replicas: " + "; ".join(others) + ".")
     return "\n".join(lines)
-
-
-def _stopped(rank: int, failure) -> str:
-    """``replica R (pid P), frozen (...) when the job was stopped; ended by signal SIGTERM (exit code 143)``."""
-    state = stopped_state(failure.pid)
-    return (f"replica {rank} (pid {failure.pid})" + (f", {state} when the job was stopped" if state else "")
-            + f"; ended by {_status(failure)}")
 
 
 def _status(failure) -> str:
