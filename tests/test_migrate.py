@@ -454,3 +454,15 @@ def test_reset_states_renamed_on_metrics_and_rnn_layers_reported_elsewhere():
 
 def test_reset_states_in_a_script_without_keras_is_none_of_keras2s():
     assert not migrate_source("import torch\nrnn.reset_states()\n").notes
+
+
+def test_version_and_regularization_loss_get_their_own_answer():
+    m = _migrate("""\
+        import tensorflow as tf
+        print(tf.__version__)
+        reg = tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+        """)
+    left = _kinds(m, NOT_CONVERTED)
+    assert all("raw TensorFlow op" not in msg for _, msg in left)
+    assert any(line == 2 and "torch.__version__" in msg for line, msg in left)
+    assert any(line == 3 and "sum(model.losses)" in msg and "averages" in msg for line, msg in left)

@@ -112,6 +112,14 @@ WHY_NOT: dict[str, str] = {
     "tensorflow.saved_model": "SavedModel export has no allgpu equivalent: save with model.save('model.keras')",
     "tensorflow.keras": "not in the installed Keras 3 (a Keras 2 name it dropped): see "
                         "keras.io/guides/migrating_to_keras_3",
+    "tensorflow.__version__": "TensorFlow's version string, not a TensorFlow op: the migrated script runs on Keras 3 "
+                              "and PyTorch; drop it, or print keras.__version__ / torch.__version__",
+    "tensorflow.nn.scale_regularization_loss": "TensorFlow divides the regularization loss by the replica count "
+                                               "because it then sums gradients; allgpu averages them, so add it "
+                                               "undivided: `tf.nn.scale_regularization_loss(tf.add_n(model.losses))`"
+                                               " is `sum(model.losses)` (docs/strategies.md, loss convention)",
+    "tensorflow.add_n": "`tf.add_n(tensors)` is `sum(tensors)` on torch tensors (a regularization term: "
+                        "`sum(model.losses)`)",
     "tensorflow.nn.compute_average_loss": "TensorFlow's sample_weight is its second positional argument, "
                                           "allgpu's is global_batch_size: pass them by keyword",
 }
