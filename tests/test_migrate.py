@@ -466,3 +466,27 @@ def test_version_and_regularization_loss_get_their_own_answer():
     assert all("raw TensorFlow op" not in msg for _, msg in left)
     assert any(line == 2 and "torch.__version__" in msg for line, msg in left)
     assert any(line == 3 and "sum(model.losses)" in msg and "averages" in msg for line, msg in left)
+
+
+def test_note_lines_name_their_file_and_point_at_the_written_one(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        with tf.device("/gpu:0"):
+            x = tf.random.normal((2, 2))
+        ds = tf.data.Dataset.from_tensor_slices(x).batch(8)
+        for batch in ds:
+            strategy.run(step, args=(batch,))
+        """))
+    assert main(["migrate", "--no-diff", str(script)]) == 1
+    err = capsys.readouterr().err
+    assert f"{script}:3: not converted: tf.device" in err  # the original, as on disk and on the diff's - side
+    assert f"{script} (migrated):" in err and f"{script}:7: lint" not in err  # lint reads the result
+    assert main(["migrate", "--no-diff", "--write", str(script)]) == 1
+    err, written = capsys.readouterr().err, script.read_text().splitlines()
+    for kind, needle in (("not converted: tf.device", "tf.device"), ("not converted: tf.random", "tf.random"),
+                         ("lint: error TF004", "for batch in ds")):
+        line = int(next(e for e in err.splitlines() if kind in e).split(":")[1])
+        assert needle in written[line - 1], (kind, line)
+    assert "(migrated)" not in err

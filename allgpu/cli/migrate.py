@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         migration = migrate_file(path, write=cfg.write)  # MigrateInputError: exit 2, from main
         if cfg.diff:
             sys.stdout.write(migration.diff())
-        sys.stderr.write(migration.report())
+        sys.stderr.write(migration.report(written=cfg.write and migration.changed))
         if cfg.write and migration.changed:
             print(f"{path}: written", file=sys.stderr)
         complete = complete and migration.complete

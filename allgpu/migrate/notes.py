@@ -19,7 +19,8 @@ class Note:
     """One thing done or left alone.
 
     Attributes:
-        line: 1-based line in the *original* script (for a lint finding: in the result).
+        line: 1-based line in the *original* script (for a lint finding: in the result;
+            :meth:`Migration.result_line` maps the others there).
         kind: one of :data:`KINDS`.
         message: what and why, naming the TensorFlow spelling.
     """
@@ -67,13 +68,34 @@ class Migration:
     def _side(self, side: str) -> str:
         return self.path if self.path.startswith("/") else f"{side}/{self.path}"
 
-    def report(self) -> str:
+    def result_line(self, line: int) -> int:
+        """Where original line ``line`` is in the result: the same text moved by the lines added or removed above
+        it; a rewritten line, the most alike line of its rewrite; a removed line, the line now in its place."""
+        old, new = self.source.splitlines(), self.result.splitlines()
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+            if not i1 <= line - 1 < i2:
+                continue
+            if tag == "equal":
+                return j1 + line - i1
+            if tag == "delete" or j1 == j2:
+                return min(j1 + 1, max(len(new), 1))
+            return 1 + max(range(j1, j2), key=lambda j: (difflib.SequenceMatcher(None, old[line - 1], new[j]).ratio(),
+                                                          -abs(j - j1 - (line - 1 - i1))))
+        return line
+
+    def report(self, written: bool = False) -> str:
         """The notes by kind, one ``PATH:LINES: kind: message`` a line (a message repeated on several lines is
-        one line listing them), then a summary line."""
+        one line listing them), then a summary line.
+
+        Migrate's own notes give the original script's lines and ``allgpu lint``'s findings the result's, shown as
+        ``PATH (migrated):LINE``; with ``written`` (the result replaced the script) every line is the written
+        file's, shown as ``PATH:LINE``."""
         grouped: dict[tuple[str, str], list[int]] = {}
         for n in sorted(self.notes, key=lambda n: (KINDS.index(n.kind), n.line)):
-            grouped.setdefault((n.kind, n.message), []).append(n.line)
-        lines = [f"{self.path}:{','.join(map(str, sorted(set(at))))}: {kind}: {message}"
+            line = self.result_line(n.line) if written and n.kind != LINT else n.line
+            grouped.setdefault((n.kind, n.message), []).append(line)
+        migrated = self.path if written else f"{self.path} (migrated)"
+        lines = [f"{migrated if kind == LINT else self.path}:{','.join(map(str, sorted(set(at))))}: {kind}: {message}"
                  for (kind, message), at in grouped.items()]
         left = sum(n.kind == NOT_CONVERTED for n in self.notes)
         errors = sum(n.kind == LINT and n.message.startswith("error") for n in self.notes)
