@@ -27,7 +27,7 @@ demo: install
 test: install engine-deps  # the unit tier first, and nothing more when it fails; then the docs site; then the process tiers
 	$(PY) -m pytest -q -m unit
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
-	$(PY) -m pytest -q -m "not unit"
+	$(PY) -m pytest -q -m "not unit" --durations=25
 
 docs: install  # the documentation site into site/ (open site/index.html)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
