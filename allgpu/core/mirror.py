@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_leaves
 
 from allgpu.errors import NotMirroredError, UnsupportedError
 from allgpu.core.replica_group import ReplicaGroup
-from allgpu.core.scope_record import open_records
+from allgpu.core.scope_record import mirror_built_later, open_records
 
 
 def mirror_tensors(tensors: Iterable[torch.Tensor], group: ReplicaGroup, where: str = "strategy.scope() exit") -> None:
@@ -113,6 +113,7 @@ class MirrorCheck:
                 return None  # its own first-use hook, run next, mirrors what the open scope created, then checks
             changed = record.first_use(module, args, {})  # a wrapper made elsewhere (torch.compile) around it
             args = changed[0] if changed is not None else args
+        mirror_built_later(module)  # a Keras model adopted before it was built: its variables, built by now
         self.check(module)
         return args
 

@@ -21,6 +21,7 @@ same order (SPMD), so every replica reaches the same first use and mirroring sta
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Callable, Iterator
 
 import torch
@@ -34,6 +35,26 @@ def open_records() -> list["ScopeRecord"]:
     """The records of every ``scope()`` open in the process (any strategy's): what they hold is not an unmirrored
     parameter for any strategy's check, since their first use mirrors it."""
     return list(_OPEN)
+
+
+# Models that create their variables at their first call (a Keras model adopted by scope() or mirror() before it
+# was built): module -> weak method mirroring what it has built, run at its first training forward.
+_BUILT_LATER: "weakref.WeakKeyDictionary[torch.nn.Module, weakref.WeakMethod]" = weakref.WeakKeyDictionary()
+
+
+def mirror_when_built(module: torch.nn.Module, mirror_built) -> None:
+    """Have ``mirror_built()`` (a bound method; a collective) mirror what ``module`` built by the time of its first
+    forward with gradients enabled: a lazily built Keras model's variables are created at its first call, after the
+    scope that adopted it closed, and ``tf.distribute`` mirrors them like those of a model built in the scope."""
+    _BUILT_LATER[module] = weakref.WeakMethod(mirror_built)
+
+
+def mirror_built_later(module: torch.nn.Module) -> None:
+    """Run ``module``'s :func:`mirror_when_built` method, if it has one (every replica reaches the same call)."""
+    ref = _BUILT_LATER.get(module)
+    method = ref() if ref is not None else None
+    if method is not None:
+        method()
 
 
 #: ``mirror(params, buffers, roots, late)``: the strategy's mirroring (a collective). ``roots`` are the recorded

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
+from allgpu.core.scope_record import mirror_when_built
 from allgpu.errors import InputError, UnsupportedError
 from allgpu.keras.callbacks import wrap_callbacks
 from allgpu.keras.tf_data import is_tf_dataset
@@ -72,6 +73,7 @@ class KerasReplica:
                      "get_metrics_result", "save", "save_weights"):
             object.__setattr__(model, name, getattr(self, name))
         object.__setattr__(model, "_allgpu_replica", self)
+        mirror_when_built(model, self.mirror_built_variables)  # built at its first call, after the scope closed
 
     # -- variables ---------------------------------------------------------------------------------------------
     def mirror_built_variables(self) -> None:
