@@ -22,7 +22,7 @@ __all__ = ["ModelRecorder", "is_keras_model", "adopt"]
 
 
 def _keras():
-    """The imported keras module when it runs on the PyTorch backend, else None (never imports it)."""
+    """The imported Keras 3 module (any backend), else None (never imports it)."""
     keras = sys.modules.get("keras")
     if keras is None or not hasattr(keras, "Model"):
         return None
@@ -42,7 +42,8 @@ class ModelRecorder:
     While active, ``keras.Model.__init__`` is wrapped: when the outermost ``__init__`` returns (a ``Sequential``
     built with an ``Input`` constructs a functional model inside its own), ``on_model(models)`` receives the
     models constructed during it, outermost last; the original is put back on exit. Inactive (records nothing)
-    when Keras is not imported or not on the PyTorch backend.
+    when Keras is not imported. On another backend than PyTorch it records too, so that :func:`adopt` refuses
+    the model (``UnsupportedError``) at the user's construction line instead of each replica training alone.
 
     Args:
         on_model: called with the list of models whose construction just returned; ``None`` only collects them
@@ -57,10 +58,9 @@ class ModelRecorder:
 
     def __enter__(self) -> "ModelRecorder":
         keras = _keras()
-        if keras is None or keras.backend.backend() != "torch":
+        if keras is None:
             return self
-        from keras.src.models.model import Model
-
+        Model = keras.Model  # keras.src.models.model.Model on every backend
         self._model_cls, self._original = Model, Model.__dict__["__init__"]
         original, recorder = self._original, self
         depth = [0]
@@ -97,13 +97,14 @@ def adopt(strategy, models: list) -> list:
     if not models:
         return []
     keras = _keras()
-    if keras is None or keras.backend.backend() != "torch":
+    backend = keras.backend.backend() if keras is not None else "unknown"
+    if backend != "torch":
         from allgpu.errors import UnsupportedError
 
-        backend = keras.backend.backend() if keras is not None else "unknown"
         raise UnsupportedError(
-            f"allgpu trains Keras models on the PyTorch backend; this Keras runs on {backend!r}. Fix: set "
-            "os.environ['KERAS_BACKEND'] = 'torch' before the first `import keras`.")
+            f"allgpu distributes Keras models on the PyTorch backend only; this Keras runs on {backend!r}, so "
+            f"{type(models[-1]).__name__} would train alone on every replica. Fix: put "
+            "os.environ[\"KERAS_BACKEND\"] = \"torch\" before the first `import keras` (`allgpu migrate` adds it).")
     from allgpu.keras.replica import KerasReplica
 
     replicas = []
