@@ -7,11 +7,15 @@ Inside ``scope()`` what is created is recorded (:mod:`allgpu.core.scope_record`)
 (:class:`~allgpu.errors.NotMirroredError`): a global forward pre-hook checks each module once, on its first
 forward with gradients enabled and tensor inputs (symbolic calls, as Keras makes to build a model, are not checked),
 and an optimizer step pre-hook checks what an optimizer updates (the check that still runs when the forward is
-compiled).
+compiled). A forward that evaluates (a torch module in ``eval()`` mode; any Keras model, whose ``training=`` flag
+does not reach torch) trains nothing, so it does not raise: the parameters it reads get a gradient hook that raises
+the same error if a gradient is ever computed for them unmirrored (restoring a checkpoint into a model built outside
+the scope and evaluating it, as TensorFlow's custom-training tutorial does, is fine).
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Iterable
 
@@ -23,6 +27,7 @@ from torch.utils._pytree import tree_leaves
 from allgpu.errors import NotMirroredError, UnsupportedError
 from allgpu.core.replica_group import ReplicaGroup
 from allgpu.core.scope_record import mirror_built_later, open_records
+from allgpu.keras import is_keras_model
 
 
 def mirror_tensors(tensors: Iterable[torch.Tensor], group: ReplicaGroup, where: str = "strategy.scope() exit") -> None:
@@ -77,6 +82,8 @@ class MirrorCheck:
         self.num_replicas = num_replicas
         self.rank = rank
         self._verified: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+        self._evaluated: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()  # its parameters' hooks armed
+        self._armed: dict[int, weakref.ref] = {}  # id(param) -> param, for those carrying the gradient hook
         self._optimizers: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple]" = weakref.WeakKeyDictionary()
         self._handles = [nn_module.register_module_forward_pre_hook(self._check),
                          register_optimizer_step_pre_hook(self._check_optimizer)]
@@ -104,6 +111,8 @@ class MirrorCheck:
     def _check(self, module: torch.nn.Module, args):
         if torch.compiler.is_compiling() or not torch.is_grad_enabled() or module in self._verified:
             return None
+        if module in self._evaluated and not _trains_at_forward(module):
+            return None
         if not any(isinstance(a, torch.Tensor) for a in tree_leaves(args)):
             return None  # a symbolic call (Keras building a functional model from KerasTensors), not training
         for record in open_records():  # any strategy's open scope: its first use mirrors what it holds
@@ -114,8 +123,30 @@ class MirrorCheck:
             changed = record.first_use(module, args, {})  # a wrapper made elsewhere (torch.compile) around it
             args = changed[0] if changed is not None else args
         mirror_built_later(module)  # a Keras model adopted before it was built: its variables, built by now
-        self.check(module)
+        if _trains_at_forward(module):
+            self.check(module)
+        else:
+            self.arm(module)
         return args
+
+    def arm(self, module: torch.nn.Module) -> None:
+        """An evaluating forward: give each unmirrored trainable parameter of ``module`` a gradient hook raising
+        :class:`NotMirroredError` if a gradient is computed for it while still unmirrored (training it)."""
+        for name, param in module.named_parameters():
+            if not param.requires_grad or self.is_mirrored(param):
+                continue
+            ref = self._armed.get(id(param))
+            if ref is not None and ref() is param:
+                continue
+            message = self._message(*_unwrap_compiled(module, name), param)
+            param.register_hook(functools.partial(self._refuse_gradient, weakref.ref(param), message))
+            self._armed[id(param)] = weakref.ref(param, lambda _, key=id(param): self._armed.pop(key, None))
+        self._evaluated.add(module)
+
+    def _refuse_gradient(self, param_ref: weakref.ref, message: str, grad: torch.Tensor) -> None:
+        param = param_ref()
+        if param is not None and not self.is_mirrored(param):
+            raise NotMirroredError(message)
 
     def check(self, module: torch.nn.Module) -> None:
         """Raise :class:`NotMirroredError` for the first trainable parameter of ``module`` not mirrored; once
@@ -165,6 +196,12 @@ class MirrorCheck:
             "    with strategy.scope():\n        model = ...\n"
             "or, for a model you already have, call model = strategy.mirror(model) once before training."
         )
+
+
+def _trains_at_forward(module: torch.nn.Module) -> bool:
+    """Whether a forward with gradients enabled is taken as training: a torch module in ``train()`` mode. A Keras
+    layer is always in torch's train mode (Keras passes ``training=`` to ``call``), so its gradients decide."""
+    return module.training and not is_keras_model(module)
 
 
 def _unwrap_compiled(module: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
