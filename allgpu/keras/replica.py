@@ -73,7 +73,7 @@ class KerasReplica:
                      "get_metrics_result", "save", "save_weights"):
             object.__setattr__(model, name, getattr(self, name))
         object.__setattr__(model, "_allgpu_replica", self)
-        mirror_when_built(model, self.mirror_built_variables)  # built at its first call, after the scope closed
+        mirror_when_built(model, self._mirror_at_first_call)  # built at its first call, after the scope closed
 
     # -- variables ---------------------------------------------------------------------------------------------
     def mirror_built_variables(self) -> None:
@@ -96,6 +96,18 @@ class KerasReplica:
         self._state_vars = [v for v in model.non_trainable_variables
                             if id(v) not in seeds and v.aggregation not in ("sum", "only_first_replica")
                             and torch.is_floating_point(v.value) and not isinstance(v.value, DTensor)]
+
+    def _mirror_at_first_call(self) -> None:
+        """:meth:`mirror_built_variables` from inside the model's first training forward (a collective). Keras's
+        mixed-precision autocast scope is open there, and a variable's ``value`` would be a cast copy: it is set
+        aside so the variables themselves are mirrored."""
+        from keras.src.backend.common.stateless_scope import in_stateless_scope
+        from keras.src.backend.common.variables import AutocastScope
+
+        if in_stateless_scope():
+            return  # values held by the scope, not the variables: mirrored at a later call
+        with AutocastScope(None):
+            self.mirror_built_variables()
 
     def _prepare(self, data: ShardedInput) -> None:
         import keras
