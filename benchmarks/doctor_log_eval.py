@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -30,19 +29,12 @@ from doctor_log_cache import CacheError, load, references  # noqa: E402
 
 from allgpu.doctor.log_reader import read_log  # noqa: E402
 from allgpu.doctor.verdict import verdict_from_log  # noqa: E402
+from allgpu.lint.author_score import wilson  # noqa: E402  (SciPy's Wilson interval, shared with lint_eval)
 
 # Rounds tuned on after their held-out figure was taken, with that figure (top-1, logs, rules at commit).
 TUNED_ON = {1: "0.872 on its 78 held-out logs (then tuned on)", 2: "0.778 on 27 at commit 15b8df2 (then tuned on)"}
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval for k successes out of n (0, 1 when n == 0)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def predict(text: str) -> tuple[str, ...]:

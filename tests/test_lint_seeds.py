@@ -36,23 +36,11 @@ from pathlib import Path
 import pytest
 
 from allgpu.lint import check_source
+from tests.seed_examples import seeds_dir
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _seeds_dir() -> Path:
-    """``../shared/seeds`` from the repository root; from a git worktree, from the main checkout's root."""
-    here = ROOT.parent / "shared" / "seeds"
-    dotgit = ROOT / ".git"
-    if not here.is_dir() and dotgit.is_file():  # a worktree: ".git" says "gitdir: MAIN/.git/worktrees/NAME"
-        gitdir = Path(dotgit.read_text().split("gitdir:", 1)[-1].strip())
-        return gitdir.parent.parent.parent.parent / "shared" / "seeds"
-    return here
-
-
-SEEDS = _seeds_dir()
+SEEDS = seeds_dir()
 
 # (document, example) -> (sha256 prefix of the example, kind, {rule: acceptable lines}, errors allowed)
 # kind: "mistake" (every listed rule at one of its lines), "correct" (listed rules too, and no other error),

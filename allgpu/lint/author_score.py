@@ -10,18 +10,18 @@ right there). Counts come per label and per framework (``tf`` / ``pt``), each wi
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval ``(low, high)`` for ``k`` successes in ``n`` trials (``(0, 1)`` when n = 0)."""
+def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval ``(low, high)`` for ``k`` successes in ``n`` trials (``(0, 1)`` when n = 0):
+    SciPy's ``binomtest(k, n).proportion_ci(method="wilson")``."""
     if n == 0:
         return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    from scipy.stats import binomtest
+
+    interval = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(interval.low), float(interval.high)
 
 
 @dataclass
