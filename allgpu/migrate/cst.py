@@ -57,3 +57,12 @@ def qualify(name: str | None, aliases: dict[str, str]) -> str | None:
     if head not in aliases:
         return None
     return f"{aliases[head]}.{rest}" if rest else aliases[head]
+
+
+def assigned_name(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
+    """``NAME = value`` as a simple statement line: ``(NAME, value)``; else None."""
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+        assign = stmt.body[0]
+        if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+            return assign.targets[0].target.value, assign.value
+    return None

@@ -10,9 +10,9 @@ import libcst as cst
 from libcst.metadata import PositionProvider
 
 from allgpu.migrate import keras_api, names, reset_states, tape
-from allgpu.migrate.cst import dotted, expr, qualify
+from allgpu.migrate.cst import assigned_name, dotted, expr, qualify
 from allgpu.migrate.notes import CHANGED, KEPT, NOT_CONVERTED, Note
-from allgpu.migrate.scope_fix import assigned_name, insert_mirrors, keras_model_call
+from allgpu.migrate.scope_fix import insert_mirrors, keras_model_call
 from allgpu.migrate.strategy_args import convert_strategy_call
 
 

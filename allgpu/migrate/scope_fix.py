@@ -12,7 +12,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from allgpu.migrate import names
-from allgpu.migrate.cst import dotted, qualify, statement
+from allgpu.migrate.cst import assigned_name, dotted, qualify, statement
 from allgpu.migrate.notes import FIXED, NOT_CONVERTED, Note
 
 
@@ -20,15 +20,6 @@ def keras_model_call(value: cst.BaseExpression) -> bool:
     """``keras.Sequential(...)``, ``keras.Model(...)``, ``keras.applications.X(...)`` (after renaming)."""
     name = dotted(value.func) if isinstance(value, cst.Call) else None
     return bool(name) and (name in names.KERAS_MODEL_CALLS or name.startswith(names.KERAS_MODEL_PREFIXES))
-
-
-def assigned_name(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
-    """``NAME = value`` as a simple statement line: ``(NAME, value)``; else None."""
-    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
-        assign = stmt.body[0]
-        if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
-            return assign.targets[0].target.value, assign.value
-    return None
 
 
 def strategies(module: cst.Module, aliases: dict[str, str]) -> dict[str, list[int]]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from allgpu.migrate.cst import code, dotted, statement
+from allgpu.migrate.cst import assigned_name, code, dotted, statement
 
 WEIGHTS = "trainable_weights"
 
@@ -54,14 +54,6 @@ def _single_expr(stmt: cst.BaseStatement) -> cst.BaseExpression | None:
     return None
 
 
-def _single_assign(stmt: cst.BaseStatement) -> tuple[str, cst.BaseExpression] | None:
-    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
-        assign = stmt.body[0]
-        if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
-            return assign.targets[0].target.value, assign.value
-    return None
-
-
 def is_tape(stmt: cst.BaseStatement, aliases: dict[str, str]) -> bool:
     """``with tf.GradientTape(...) [as tape]:`` (any arguments)."""
     if not isinstance(stmt, cst.With) or len(stmt.items) != 1:
@@ -74,7 +66,7 @@ def is_tape(stmt: cst.BaseStatement, aliases: dict[str, str]) -> bool:
 
 def _assigned(body: tuple[cst.BaseStatement, ...], name: str) -> bool:
     for stmt in body:
-        target = _single_assign(stmt)
+        target = assigned_name(stmt)
         if target and target[0] == name:
             return True
     return False
@@ -102,7 +94,7 @@ def match(stmts: list[cst.BaseStatement], aliases: dict[str, str]) -> TapeStep |
     if call.args or item.asname is None or not isinstance(item.asname.name, cst.Name):
         return None  # persistent=True, watch_accessed_variables=False, or no name: not the canonical tape
     tape = item.asname.name.value
-    grad = _single_assign(grad_stmt)
+    grad = assigned_name(grad_stmt)
     if grad is None or not isinstance(grad[1], cst.Call) or dotted(grad[1].func) != f"{tape}.gradient":
         return None
     if len(grad[1].args) != 2 or any(a.keyword for a in grad[1].args):
