@@ -138,7 +138,7 @@ def reference():
         return allgpu.launch(_all_variants, num_replicas=1, args=("mirrored", False, folder, True))[0]
 
 
-def _compare(results, reference, with_keras):
+def _assert_equal_to_reference(results, reference, with_keras):
     for variant in TORCH_VARIANTS:
         for rank_result in results:
             for got, want in zip(rank_result[variant], reference[variant]):
@@ -157,18 +157,18 @@ def test_training_inside_scope_equals_one_replica_trained_outside(reference, rep
     pytest.importorskip("keras")
     results = allgpu.launch(_all_variants, num_replicas=replicas,
                             args=("mirrored", True, str(tmp_path), replicas != 4))
-    _compare(results, reference, with_keras=replicas != 4)
+    _assert_equal_to_reference(results, reference, with_keras=replicas != 4)
 
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("kind", ["multi_worker", "central_storage", "fully_sharded"])
 def test_every_strategy_trains_inside_its_scope(reference, kind, tmp_path):
     results = allgpu.launch(_all_variants, num_replicas=2, args=(kind, True, str(tmp_path), False))
-    _compare(results, reference, with_keras=False)
+    _assert_equal_to_reference(results, reference, with_keras=False)
 
 
 def test_one_device_trains_inside_its_scope(reference, tmp_path):
-    _compare([_all_variants("one_device", True, str(tmp_path), False)], reference, with_keras=False)
+    _assert_equal_to_reference([_all_variants("one_device", True, str(tmp_path), False)], reference, with_keras=False)
 
 
 def test_a_model_built_outside_any_scope_still_gets_the_clear_error_inside_one():
