@@ -6,12 +6,16 @@ Run:
     python benchmarks/lint_corpus_build.py                   # once: the author-fix corpus into the cache
     python benchmarks/lint_eval.py --corpus --author [--split tune|heldout|both] [--rules default|all|both]
                                    [--mistakes]
+    python benchmarks/lint_eval.py --threads [--split ...] [--rules ...] [--mistakes]   # thread-confirmed snippets
 
 Two corpora, reported separately (issue 21):
 - ``--author``: files before and after fix commits written by the files' own authors
   (benchmarks/lint_corpus/author_labels.jsonl); scored per (file version, label) at file level.
 - ``--corpus``: files labelled by reading them (benchmarks/lint_corpus/corpus.tsv); scored per (file, rule), a
   finding counting when it lies within 3 lines of a labelled evidence line.
+- ``--threads``: code pasted in public threads where a maintainer or answerer named the pitfall
+  (benchmarks/lint_corpus/thread_labels.jsonl, code in a cache: thread_cache.py); a snippet is a positive for
+  its ``labels`` and, when the thread says it is correct, a negative for its ``negatives``; file-level TP/FN/FP/TN.
 Every figure counts every labelled pitfall, rules off by default included (with the default rules they are
 misses); per label and per framework (TensorFlow/Keras vs PyTorch), with Wilson 95% intervals.
 ``--mistakes`` lists every false positive and false negative (file:line, rule).
@@ -34,6 +38,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from lint_corpus_build import DEFAULT_CACHE as AUTHOR_CACHE  # noqa: E402
 from lint_corpus_build import LABELS as AUTHOR_LABELS  # noqa: E402
 from lint_corpus_build import cached_file, read_entries  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks" / "lint_corpus"))
+import thread_cache  # noqa: E402
 
 CASES = ROOT / "tests" / "lint_cases"
 CORPUS = ROOT / "benchmarks" / "lint_corpus" / "corpus.tsv"
@@ -131,12 +138,7 @@ def run_author(args, select, label: str) -> None:
                   f"{', '.join(missing)}")
         print(f" {split}: {sc.entries} entries, {len({e['repo'] for e in part})} repositories, "
               f"{len(sc.crashes)} crash(es); TN = after-fix versions not reported")
-        print(HEAD + f" {'TN':>3}")
-        for name, s in sorted(sc.labels.items()):
-            print(row_line(name, s) + f" TN {s.tn}")
-        for fam, name in (("tf", "TF/Keras"), ("pt", "PyTorch")):
-            print(row_line(name, sc.frameworks.get(fam, Tally())) + f" TN {sc.frameworks.get(fam, Tally()).tn}")
-        print(row_line("all", sc.total) + f" TN {sc.total.tn}")
+        print_tallies(sc)
         for c in sc.crashes:
             print(f"  CRASH {c}")
         if args.mistakes:
@@ -144,6 +146,55 @@ def run_author(args, select, label: str) -> None:
             for eid, version, rid, kind, where in sorted(sc.mistakes):
                 e = by_id[eid]
                 print(f"  {kind} {rid} {eid} {version} {e['repo']}:{e['path']}:{where} @{e[version][:10]}")
+
+
+def print_tallies(sc: AuthorScore) -> None:
+    print(HEAD + f" {'TN':>3}")
+    for name, s in sorted(sc.labels.items()):
+        print(row_line(name, s) + f" TN {s.tn}")
+    for fam, name in (("tf", "TF/Keras"), ("pt", "PyTorch")):
+        print(row_line(name, sc.frameworks.get(fam, Tally())) + f" TN {sc.frameworks.get(fam, Tally()).tn}")
+    print(row_line("all", sc.total) + f" TN {sc.total.tn}")
+
+
+def score_threads(rows: list[dict], paths: dict, select) -> AuthorScore:
+    """A snippet is scored like a fix's ``before`` for its labels and like an ``after`` for its negatives."""
+    out = AuthorScore()
+    for row in rows:
+        out.entries += 1
+        try:
+            findings = check_path(paths[row["id"]], select=select)
+        except Exception as exc:  # a crash is a result to report, not a reason to stop scoring
+            out.crashes.append(f"{row['id']}: {exc!r}")
+            findings = []
+        entry = {"id": row["id"], "framework": row["framework"], "after_negative": True}
+        if row["labels"]:
+            score_entry({**entry, "labels": row["labels"]}, "before", findings, out)
+        if row["negatives"]:
+            score_entry({**entry, "labels": row["negatives"]}, "after", findings, out)
+    return out
+
+
+def run_threads(args, select, label: str) -> int:
+    rows = thread_cache.read_rows(args.threads_file)
+    try:
+        paths = thread_cache.load(rows, args.threads_cache)
+    except thread_cache.ThreadCacheError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"== thread-confirmed snippets ({len(rows)} in {len({thread_cache.split_key(r) for r in rows})} "
+          f"repositories/sites, {args.threads_file.name}), {label} ==")
+    for split in (["tune", "heldout"] if args.split == "both" else [args.split]):
+        sc = score_threads([r for r in rows if r["split"] == split], paths, select)
+        print(f" {split}: {sc.entries} snippets, {len(sc.crashes)} crash(es); TN = correct snippets not reported")
+        print_tallies(sc)
+        for c in sc.crashes:
+            print(f"  CRASH {c}")
+        if args.mistakes:
+            by_id = {r["id"]: r for r in rows}
+            for tid, version, rid, kind, where in sorted(sc.mistakes):
+                print(f"  {kind} {rid} {tid} {by_id[tid]['url']} (snippet lines {where})")
+    return 0
 
 
 def main() -> int:
@@ -156,13 +207,17 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=CACHE)
     ap.add_argument("--labels", type=Path, default=AUTHOR_LABELS)
     ap.add_argument("--author-cache", type=Path, default=AUTHOR_CACHE)
+    ap.add_argument("--threads", action="store_true", help="score the thread-confirmed snippets")
+    ap.add_argument("--threads-file", type=Path, default=thread_cache.THREADS)
+    ap.add_argument("--threads-cache", type=Path, default=None, help="default: $ALLGPU_LINT_THREAD_CACHE or "
+                    "~/.cache/allgpu-lint-corpus/threads")
     ap.add_argument("--split", choices=["tune", "heldout", "both"], default="both")
     ap.add_argument("--rules", choices=["default", "all", "both"], default="both",
                     help="the rules run: default ones, every rule, or both reports")
     ap.add_argument("--all-rules", action="store_true", help="same as --rules all")
     ap.add_argument("--mistakes", action="store_true", help="list every FP and FN (file:line, rule)")
     args = ap.parse_args()
-    if not (args.corpus or args.author):
+    if not (args.corpus or args.author or args.threads):
         return run_cases(args)
     modes = ["all"] if args.all_rules else ["default", "all"] if args.rules == "both" else [args.rules]
     for mode in modes:
@@ -172,6 +227,8 @@ def main() -> int:
             run_author(args, select, label)
         if args.corpus:
             run_corpus(args, select, label)
+        if args.threads and run_threads(args, select, label):
+            return 1
     return 0
 
 

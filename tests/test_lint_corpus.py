@@ -183,3 +183,36 @@ def test_build_takes_both_versions_from_a_mirror_and_checks_sha256(tmp_path):
     assert (tmp_path / "cache" / "a1" / "after" / "train.py").read_text().endswith("num_workers=4)\n")
     assert [s.split()[0] for s in skipped] == ["a2", "a3"]
     assert "sha256" in skipped[0] and "no mirror" in skipped[1]
+
+
+# ---- thread-confirmed snippets (issue 21): code pasted in public threads, the pitfall named by a reply -----------
+
+def test_thread_cache_add_load_and_a_missing_cache_names_what_is_missing(tmp_path):
+    tc = load("thread_cache")
+    stage, cache, rows = tmp_path / "stage", tmp_path / "cache", tmp_path / "t.jsonl"
+    stage.mkdir()
+    head = ("url: https://github.com/own/repo/issues/1\nrepo: own/repo\nthread: 1\ncode_in: description\n"
+            "settled_by: maintainer\nsettled_ref: x\nframework: pt\nnote: n\n")
+    (stage / "t0001.txt").write_text(head + "labels: PT003\n---\nimport torch\n")
+    (stage / "t0002.txt").write_text(head + "negatives: PT003\n---\nprint(1)\n")
+    assert tc.add(stage, rows, cache) == 2 and tc.add(stage, rows, cache) == 0
+    got = tc.read_rows(rows)
+    assert [r["labels"] for r in got] == [["PT003"], []] and got[1]["negatives"] == ["PT003"]
+    assert got[0]["split"] == load("author_split").half("own/repo") and got[0]["lines"] == 1
+    assert set(tc.load(got, cache)) == {"t0001", "t0002"}
+    (cache / "t0002.py").unlink()
+    (cache / "t0001.py").write_text("changed\n")
+    with pytest.raises(tc.ThreadCacheError, match=r"1 of 2 snippets missing \(t0002\).*t0001"):
+        tc.load(got, cache)
+
+
+def test_thread_labels_are_well_formed():
+    tc = load("thread_cache")
+    from allgpu.lint import RULES
+    rows = tc.read_rows()
+    assert len({r["id"] for r in rows}) == len(rows)
+    for r in rows:
+        assert r["labels"] or r["negatives"], r["id"]
+        assert set(r["labels"]) | set(r["negatives"]) <= set(RULES), r["id"]
+        assert r["settled_by"] in tc.SETTLED_BY and len(r["sha256"]) == 64 and r["url"].startswith("https://")
+        assert r["split"] == load("author_split").half(tc.split_key(r)), r["id"]

@@ -10,7 +10,8 @@ with both commits in full, the commit's first message line, whether the commit i
 file's imports), the lines of the before and after versions where the fix's hunks start, the split half
 (``author_split.half``) and the commit URL. Entries are appended in a stable order (by repo, commit, path) and
 ids (``a0001``...) are kept for entries already recorded, so re-running with more decisions changes nothing
-already there.
+already there. ``--first-id N``: new ids are the free numbers from N on (``aNNNN`` accepted, ``xNNNN`` excluded),
+so labellers mining in parallel take separate ranges and never collide.
 """
 
 from __future__ import annotations
@@ -87,6 +88,14 @@ def make_entry(mirror_root: Path, repo: str, commit: str, path: str, labels: lis
             "lines_before": lb, "lines_after": la, "split": half(repo), "note": note}
 
 
+def free_id(rows: list[dict], prefix: str, first: int) -> str:
+    """The first ``prefix`` + 4-digit id numbered ``first`` or more that no row holds."""
+    used, n = {r["id"] for r in rows}, first
+    while f"{prefix}{n:04d}" in used:
+        n += 1
+    return f"{prefix}{n:04d}"
+
+
 def load(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
 
@@ -95,6 +104,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("decisions", type=Path)
     ap.add_argument("--mirror-root", type=Path, default=Path("/work/.mirror"))
+    ap.add_argument("--first-id", type=int, default=1, help="new ids from this number on (parallel labellers)")
     args = ap.parse_args()
     entries, excluded = load(LABELS), load(EXCLUDED)
     have = {(e["repo"], e["after"], e["path"]) for e in entries + excluded}
@@ -109,10 +119,10 @@ def main() -> int:
         have.add((repo, full, path))
         e = make_entry(args.mirror_root, repo, full, path, labels.split(","), neg.strip() == "y", note.strip())
         if decision.strip() == "accept":
-            e["id"] = f"a{len(entries) + 1:04d}"
+            e["id"] = free_id(entries, "a", args.first_id)
             entries.append(e)
         else:
-            e["id"] = f"x{len(excluded) + 1:04d}"
+            e["id"] = free_id(excluded, "x", args.first_id)
             e["kind"], e["reason"] = "excluded", e.pop("note")
             excluded.append(e)
     for path, rows in ((LABELS, entries), (EXCLUDED, excluded)):
