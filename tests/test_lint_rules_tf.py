@@ -366,7 +366,7 @@ def test_tf011_quiet_in_tf1_graph_mode():
 
 def test_tf007_constant_batch_even_when_the_replica_count_is_printed():
     src = (HEAD + "print(strategy.num_replicas_in_sync)\nds = tf.data.Dataset.range(8).batch(64).prefetch(1)\n"
-           "pds = tf.data.Dataset.range(8).padded_batch(4).prefetch(1)\nmodel.fit(ds)\n")
+           "pds = tf.data.Dataset.range(8).padded_batch(4).prefetch(1)\nmodel.fit(ds)\nmodel.fit(pds)\n")
     from allgpu.lint import check_source
     assert [f.line for f in check_source(src, "t.py", select=ALL_RULES) if f.rule_id == "TF007"] == [5, 6]
     scaled = HEAD + "BATCH = 64\nBATCH *= strategy.num_replicas_in_sync\nds = tf.data.Dataset.range(8).batch(BATCH)\n"

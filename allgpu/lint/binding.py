@@ -83,18 +83,20 @@ def _binds_locally(mod, fn, name: str) -> bool:
         name in {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
 
 
-def used_after(mod, stmt: ast.stmt, name: str, all_uses: dict[str, list[ast.AST]], depth: int = 0) -> bool:
+def used_after(mod, stmt: ast.stmt, name: str, all_uses: dict[str, list[ast.AST]], depth: int = 0,
+               returns: bool = True) -> bool:
     """Does one of ``all_uses[name]`` (nodes using the name) see the value ``stmt`` binds to ``name``?
 
     Dotted names (``self.model``) are object state: any use counts; so does any use when ``stmt`` is in another
     module of the project. A name bound inside a loop counts every use in that loop too (the next iteration
     reads it). A name a function binds and returns (``model = ...; return model``) is followed to the
-    statements that call the function.
+    statements that call the function (every one of them; ``returns=False``: none, for a caller that follows
+    one call path itself, see :func:`returned_binding`).
     """
     uses = all_uses.get(name, [])
     if "." in name or mod.is_foreign(stmt):
-        return bool(uses) or (depth < 3 and _returned_and_used(mod, stmt, name, all_uses, depth))
-    if _returned_and_used(mod, stmt, name, all_uses, depth):
+        return bool(uses) or (returns and depth < 3 and _returned_and_used(mod, stmt, name, all_uses, depth))
+    if returns and _returned_and_used(mod, stmt, name, all_uses, depth):
         return True
     start = getattr(stmt, "end_lineno", stmt.lineno) or stmt.lineno
     stop = _window_end(mod, stmt, name)
@@ -206,3 +208,22 @@ def scoped_names(mod, facts) -> set[str]:
                         cached.add(st.id)
         mod.__dict__["_binding_scoped"] = cached
     return cached
+
+
+def returned_binding(mod, stack: list, targets) -> tuple[ast.stmt | None, set[str]]:
+    """Follow what a function on ``stack`` returns to the call on ``stack`` that made it (not to every call of
+    the function): ``m = Sequential(); return m`` inside ``get_model()`` reached from ``get_model().summary()``
+    binds nothing there, although another call (``model = get_model()`` under the scope) trains its result.
+
+    ``targets(stack) -> (statement, names)`` gives the binding of the creation on top of ``stack``. Returns the
+    caller's statement and names when a name is returned (None and an empty set when the caller keeps nothing),
+    else ``(None, set())`` when no function on the stack returns it."""
+    st, names = targets(stack)
+    end = len(stack)
+    while st is not None and names:
+        j = next((k for k in range(end - 1, -1, -1) if stack[k] is mod.enclosing_function(st)), None)
+        if j is None or not (names & _returned_names(mod, stack[j])):
+            return (st, names) if end < len(stack) else (None, set())
+        end = j
+        st, names = targets(stack[:j])
+    return (st, names) if end < len(stack) else (None, set())

@@ -23,7 +23,9 @@ _R = [
          "raises a 'created outside the scope' error later). Reported only when that very object is then\n"
          "trained (fit, train_on_batch, apply_gradients, its trainable_variables, a step given to strategy.run,\n"
          "through helpers that return it and across the project's files): a model built outside the scope for\n"
-         "single-device evaluation, export, or rebuilt under the scope before training is not reported.\n"
+         "single-device evaluation, export, a summary, on the single-device branch of `if multi_gpu: strategy =\n"
+         "... else:`, by a function handed to a library with the strategy (`kt.Hyperband(build_model,\n"
+         "distribution_strategy=strategy)`), or rebuilt under the scope before training is not reported.\n"
          "Fix:\n    strategy = tf.distribute.MirroredStrategy()\n    with strategy.scope():\n"
          "        model = build_model()\n        model.compile(optimizer='adam', loss=...)\n    model.fit(dataset)"),
     Rule("TF002", "warning", "pinned-to-one-device",
@@ -69,7 +71,8 @@ _R = [
          "With N replicas the batch given to the dataset or to fit() is the *global* batch: each GPU gets B/N.\n"
          "A constant tuned for one GPU leaves every GPU underfed (and changes the optimisation). Followed into\n"
          "helpers (`load_data(32)` that batches by its argument) and `fit(**kwargs)` dicts; a pipeline that is\n"
-         "only evaluated on (evaluate, predict, validation_data) is not reported.\n"
+         "only evaluated on (evaluate, predict, validation_data) is not reported, nor, when the pipelines\n"
+         "training consumes are known, a batch outside them (a vocabulary, a metric's candidates).\n"
          "Fix:\n    BATCH_PER_REPLICA = 64\n"
          "    GLOBAL_BATCH = BATCH_PER_REPLICA * strategy.num_replicas_in_sync\n"
          "    dataset = dataset.batch(GLOBAL_BATCH)"),
@@ -123,7 +126,9 @@ _R = [
     Rule("PT003", "error", "loader-not-sharded",
          "DataLoader under DDP without a DistributedSampler: every rank trains on the whole dataset",
          "Each DDP rank iterates its own DataLoader. Without a DistributedSampler they all see all the data,\n"
-         "so an epoch does N times the work and gains nothing.\n"
+         "so an epoch does N times the work and gains nothing. Found in functions `mp.spawn` runs, through\n"
+         "`DataLoader(**kw)` dicts, and for the project's own IterableDataset when nothing in its class reads\n"
+         "a rank or splits the stream.\n"
          "Fix:\n    sampler = DistributedSampler(dataset)\n"
          "    loader = DataLoader(dataset, batch_size=B, sampler=sampler, num_workers=4)"),
     Rule("PT004", "warning", "sampler-no-set-epoch",
@@ -147,7 +152,8 @@ _R = [
     Rule("PT007", "warning", "save-on-every-rank",
          "torch.save not guarded by a rank check: every rank writes the same file",
          "Every process runs the same script; unguarded, N processes write one checkpoint path at once and\n"
-         "can leave it corrupt. A per-node guard (`local_rank == 0`, `rank % ngpus_per_node == 0`) is not\n"
+         "can leave it corrupt. A function handed to `mp.spawn` runs on every rank; the `else:` of\n"
+         "`if rank == 0:` is every other rank. A per-node guard (`local_rank == 0`, `rank % ngpus_per_node == 0`) is not\n"
          "enough: on several machines one process per node writes the same path on a shared filesystem.\n"
          "Fix:\n    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), path)"),
     Rule("PT008", "info", "batchnorm-not-synced",

@@ -53,10 +53,13 @@ def _walk(facts: Facts, on_call: OnCall) -> None:
             on_call(node, in_scope, stack)
             for fn in mod.local_functions(node.func):
                 enter(fn, in_scope, stack)
-            for arg in node.args:  # ``app.run(main)``, ``threading.Thread(target=...)``: the callee runs it
-                if isinstance(arg, ast.Name):
+            handed = [a for a in (*node.args, *(k.value for k in node.keywords)) if isinstance(a, ast.Name)]
+            if handed:  # ``app.run(main)``, ``Thread(target=...)``: the callee runs it; one that is also given a
+                # strategy (``kt.Hyperband(build_model, distribution_strategy=s)``) runs it under its scope
+                scoped = in_scope or _given_strategy(facts, node)
+                for arg in handed:
                     for fn in mod.local_functions(arg):
-                        enter(fn, in_scope, stack)
+                        enter(fn, scoped, stack)
             cls = mod.local_class(node.func)
             if cls is not None:
                 for item in cls.body:
@@ -86,6 +89,17 @@ def _walk(facts: Facts, on_call: OnCall) -> None:
                         stmts(v.body, in_scope, stack)
 
     stmts(mod.tree.body, False, [])
+
+
+def _given_strategy(facts: Facts, call: ast.Call) -> bool:
+    """``call`` receives a tf.distribute strategy as an argument (not ``strategy.run``, whose replica context is
+    not the scope that creates mirrored variables): a library that builds what it is given under that strategy."""
+    if isinstance(call.func, ast.Attribute) and facts.is_strategy_expr(call.func.value):
+        return False
+    for a in (*call.args, *(k.value for k in call.keywords)):
+        if isinstance(a, (ast.Name, ast.Attribute, ast.Call)) and facts.is_strategy_expr(a):
+            return True
+    return False
 
 
 def stack_targets(stack: list) -> set[str]:
@@ -168,3 +182,35 @@ def nested_check(facts: Facts, classify: Callable[[ast.Call], str | None]) -> Ca
         return False
 
     return is_nested
+
+
+def _distributes(facts: Facts, stmts: list) -> bool:
+    """Do ``stmts`` construct a multi-device strategy or open a strategy's scope?"""
+    cache = facts.__dict__.setdefault("_branch_distributes", {})
+    key = id(stmts[0]) if stmts else 0
+    if key not in cache:
+        multi = {id(c) for c, fw, kind in facts.strategy_calls if fw == "tf" and kind != "OneDeviceStrategy"}
+        cache[key] = any((isinstance(n, ast.Call) and id(n) in multi) or
+                         (isinstance(n, (ast.With, ast.AsyncWith)) and any(facts.is_scope_expr(i.context_expr)
+                                                                           for i in n.items))
+                         for st in stmts for n in ast.walk(st))
+    return cache[key]
+
+
+def undistributed_branch(facts: Facts, nodes: list) -> bool:
+    """Is one of ``nodes`` (a call and the statements that lead to it) in the branch of an ``if``/``else`` whose
+    other branch makes the strategy (or opens its scope) while its own does not: ``if num_gpus > 1:
+    strategy = MirroredStrategy() ... else: model = build()`` is the single-device path, where no strategy exists."""
+    mod = facts.mod
+    for node in nodes:
+        child = node
+        for anc in mod.ancestors(node):
+            if isinstance(anc, ast.If) and anc.orelse:
+                own, other = (anc.body, anc.orelse) if any(child is st for st in anc.body) else \
+                    (anc.orelse, anc.body) if any(child is st for st in anc.orelse) else (None, None)
+                if own is not None and _distributes(facts, other) and not _distributes(facts, own):
+                    return True
+            if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                break
+            child = anc
+    return False

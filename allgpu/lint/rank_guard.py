@@ -129,7 +129,7 @@ def guarded(mod, node: ast.AST, depth: int = 0) -> bool:
                 return True
             if depth >= 3:
                 return False
-            sites = mod.callers(anc)
+            sites = mod.callers(anc) or handed_to(mod, anc)  # ``mp.spawn(worker, ...)`` runs it on every rank
             return all(guarded(mod, s, depth + 1) for s in sites)  # no call site here: cannot tell
         child = anc
     return False
@@ -144,3 +144,18 @@ def node_guarded(mod, node: ast.AST, depth: int = 0) -> bool:
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return depth < 2 and any(node_guarded(mod, s, depth + 1) for s in mod.callers(anc))
     return False
+
+
+def handed_to(mod, fn: ast.AST) -> list[ast.Call]:
+    """Calls that are given ``fn`` itself to run: ``mp.spawn(worker, nprocs=n)``, ``Process(target=worker)``,
+    ``launch(main, ...)``: each process the launcher starts runs it."""
+    index = mod.__dict__.get("_handed_to")
+    if index is None:
+        index = {}
+        for call, _ in mod.calls:
+            for a in (*call.args, *(k.value for k in call.keywords)):
+                if isinstance(a, ast.Name):
+                    for d in mod.local_functions(a):
+                        index.setdefault(id(d), []).append(call)
+        mod.__dict__["_handed_to"] = index
+    return index.get(id(fn), [])

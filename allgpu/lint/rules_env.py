@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from allgpu.lint.flow import undistributed_branch
 from allgpu.lint.resolve import const_str, literal_text
 from allgpu.lint.rules_tf_device import multi_device_intent
 from allgpu.lint.rules_torch_device import one_process_only
@@ -44,5 +45,6 @@ def check_visible_devices(ctx) -> None:
         return
     for node, value in env_sets(mod):
         text = literal_text(mod, value)
-        if text is not None and narrowed(text) and not one_process_only(mod, node):
+        if text is not None and narrowed(text) and not one_process_only(mod, node) and not (
+                rule == "TF003" and undistributed_branch(ctx.facts, [node])):
             ctx.emit(rule, node, f"CUDA_VISIBLE_DEVICES set to {text!r} in code: only that GPU is visible")

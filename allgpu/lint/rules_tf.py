@@ -6,8 +6,9 @@ import ast
 
 from allgpu.lint import tfdata
 from allgpu.lint.facts import reachable_functions
-from allgpu.lint.binding import after_strategy_ends, used_after
-from allgpu.lint.flow import call_site_note, nested_check, stack_targets, target_stmt, walk_scopes
+from allgpu.lint.binding import after_strategy_ends, returned_binding, used_after
+from allgpu.lint.flow import (call_site_note, nested_check, stack_targets, target_stmt, undistributed_branch,
+                              walk_scopes)
 from allgpu.lint.resolve import const_str, dotted, iter_body_nodes, kwarg
 
 _KERAS_MODELS = {"keras.Sequential", "keras.Model", "keras.models.Sequential", "keras.models.Model",
@@ -93,9 +94,16 @@ def check_tf001(ctx) -> None:
         if kind is None or nested(call):
             return
         st = target_stmt(stack)
-        names = {n for n in stack_targets(stack) if used_after(ctx.mod, st, n, uses)}
+        names = {n for n in stack_targets(stack) if used_after(ctx.mod, st, n, uses, returns=False)}
+        outer, returned = returned_binding(ctx.mod, stack, lambda s: (target_stmt(s), stack_targets(s)))
+        if outer is not None or returned:
+            st, names = outer, names | {n for n in returned if used_after(ctx.mod, outer, n, uses)}
+        elif not names:
+            names = {n for n in stack_targets(stack) if used_after(ctx.mod, st, n, uses)}
         if names and st is not None and after_strategy_ends(ctx.mod, facts, st):
             return  # a later snippet that no longer uses the strategy
+        if names and undistributed_branch(facts, [call, *stack]):
+            return  # the single-device branch of ``if multi_gpu: strategy = ... else: ...``
         if names and not _baseline_before_strategy(ctx, stack):
             site, where = call, ""
             owner = ctx.mod.owner(call) if ctx.mod.is_foreign(call) else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
+from allgpu.lint.flow import undistributed_branch
 from allgpu.lint.resolve import const_str, iter_body_nodes, kwarg
 
 _SINGLE_GPU = re.compile(r"^(/?job:[^/]+(/replica:\d+)?(/task:\d+)?)?/?(device:)?(gpu|cuda):\d+$")
@@ -107,6 +108,6 @@ def check_tf003_visible(ctx) -> None:
         dtype_s = const_str(dtype) if dtype is not None else "GPU"
         if dtype_s is None or dtype_s.upper() != "GPU":
             continue
-        if _narrow_list(mod, call.args[0]):
+        if _narrow_list(mod, call.args[0]) and not undistributed_branch(ctx.facts, [call]):
             ctx.emit("TF003", call, "tf.config.set_visible_devices() leaves one GPU visible: "
                                     "a strategy can only use that one")

@@ -75,6 +75,7 @@ def check_tf007(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
     if not facts.has_strategy("tf"):
         return
+    trained = _trained_steps(ctx)
     for call, _ in mod.calls:
         f = call.func
         if not isinstance(f, ast.Attribute):
@@ -83,6 +84,8 @@ def check_tf007(ctx) -> None:
             arg = call.args[0]
             if _per_replica_context(mod, call) or _evaluation_only(mod, call):
                 continue
+            if trained and id(call) not in trained:
+                continue  # training's pipelines are known and this is not one (a vocabulary, a metric's candidates)
         elif f.attr == "fit":
             arg = kwarg(call, "batch_size")
             if _before_any_strategy(ctx, call) or _dataset_like(mod, call):
@@ -99,6 +102,19 @@ def check_tf007(ctx) -> None:
                 ctx.emit("TF007", node, f"batch size {size}{note} is fixed: with N replicas each GPU gets "
                                         f"{size}/N; scale it by strategy.num_replicas_in_sync")
     _check_tf007_in_other_modules(ctx)
+
+
+def _trained_steps(ctx) -> set[int]:
+    """ids of the Dataset method calls in the pipelines training consumes (fit's input, a training loop's,
+    an iterator's, an input_fn's, what is given to experimental_distribute_dataset); empty when none is known."""
+    mod, steps = ctx.mod, []
+    inputs = list(_training_inputs(ctx))
+    for call, _ in mod.calls:
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "experimental_distribute_dataset" and call.args:
+            inputs.append(call.args[0])
+    for expr in inputs:
+        tfdata.pipeline(mod, expr, steps=steps)
+    return {id(c) for c in steps}
 
 
 def _check_tf007_in_other_modules(ctx) -> None:

@@ -174,11 +174,17 @@ def check_pt003(ctx) -> None:
                 ctx.emit("PT003", call, "DataLoader under DDP with a non-distributed sampler: ranks see the same data")
             continue
         ds = call.args[0] if call.args else kwarg(call, "dataset")
-        if torch_train.iterable_dataset(mod, ds):
-            continue  # an iterable dataset takes no sampler: it shards itself (or says so in its own docs)
-        shuffle = star_kwarg(mod, call, "shuffle")[0]
         parent = mod.parent.get(id(call))
         names = [dotted(t) for t in parent.targets] if isinstance(parent, ast.Assign) else []
+        if torch_train.iterable_dataset(mod, ds):
+            # an iterable dataset takes no sampler: it must shard itself by rank; one of the project's own that
+            # never reads a rank or splits its stream gives every rank all of it
+            cls = torch_train.unsharded_iterable_class(mod, ds)
+            if cls is not None and not _shards_by_rank(mod, ds) and any(n and _trains_over(ctx, n) for n in names):
+                ctx.emit("PT003", call, f"DataLoader under DDP over `{cls.name}`, an IterableDataset that never "
+                                        "splits its stream by rank: every rank reads all of it")
+            continue
+        shuffle = star_kwarg(mod, call, "shuffle")[0]
         shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True
         if not (shuffled or any(n and _trains_over(ctx, n) for n in names)):
             continue

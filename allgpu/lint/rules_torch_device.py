@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 
+from allgpu.lint.astutil import star_kwarg
 from allgpu.lint.rank_guard import is_job_guard, rankish
 from allgpu.lint.resolve import const_str, kwarg, literal_text
 
@@ -158,7 +159,7 @@ def _check_ddp_device_ids(ctx) -> None:
     for call, qn in ctx.mod.calls:
         if qn != "torch.nn.parallel.DistributedDataParallel" or one_process_only(ctx.mod, call):
             continue
-        ids = kwarg(call, "device_ids") or (call.args[1] if len(call.args) > 1 else None)
+        ids = star_kwarg(ctx.mod, call, "device_ids")[0] or (call.args[1] if len(call.args) > 1 else None)
         if isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1:
             text = literal_text(ctx.mod, ids.elts[0])
             if text is not None and text.isdigit() and not _is_parameter(ctx.mod, ids.elts[0], call):

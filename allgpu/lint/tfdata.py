@@ -117,10 +117,12 @@ def _merge(results: set) -> str | None:
     return None
 
 
-def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None = None) -> tuple[list, set]:
+def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None = None,
+             steps: list | None = None) -> tuple[list, set]:
     """``(roots, methods)`` of the tf.data pipeline ``expr`` is: the calls that create it and every
     ``Dataset`` method applied on the way (through names, ``ds = ds.map(...)`` reassignments and local functions
-    that return a pipeline). Empty when ``expr`` is not recognisably a pipeline."""
+    that return a pipeline). Empty when ``expr`` is not recognisably a pipeline. ``steps``, when given,
+    receives every Dataset method call on the way (``.batch(64)``...)."""
     seen = set() if seen is None else seen
     if expr is None or depth > 12 or id(expr) in seen:
         return [], set()
@@ -130,21 +132,23 @@ def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None
         if is_tfdata_root(mod.qualname(f)):
             return [expr], set()
         if isinstance(f, ast.Attribute) and f.attr in _TFDATA_METHODS:
-            roots, methods = pipeline(mod, f.value, depth + 1, seen)
+            if steps is not None:
+                steps.append(expr)
+            roots, methods = pipeline(mod, f.value, depth + 1, seen, steps)
             if not roots and _autotuned(mod, expr):  # ``ds.map(f, num_parallel_calls=tf.data.AUTOTUNE)``
                 roots = [expr]  # made by a call we cannot read (a library loader): this is its first known step
             return roots, methods | {f.attr}
         roots, methods = [], set()
         for ret in _returned(mod, expr):
-            r, m = pipeline(mod, ret, depth + 1, seen)
+            r, m = pipeline(mod, ret, depth + 1, seen, steps)
             roots, methods = roots + r, methods | m
         return roots, methods
     if isinstance(expr, ast.Subscript):
-        return pipeline(mod, expr.value, depth + 1, seen)
+        return pipeline(mod, expr.value, depth + 1, seen, steps)
     if isinstance(expr, (ast.Name, ast.Attribute)):
         roots, methods = [], set()
         for v in mod.values_of(expr)[:8]:
-            r, m = pipeline(mod, _unpacked_from(mod, expr, v) or v, depth + 1, seen)
+            r, m = pipeline(mod, _unpacked_from(mod, expr, v) or v, depth + 1, seen, steps)
             roots, methods = roots + r, methods | m
         return roots, methods
     return [], set()

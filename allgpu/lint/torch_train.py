@@ -172,3 +172,30 @@ def iterable_dataset(mod, ds: ast.expr | None, depth: int = 0) -> bool:
         return True
     cls = mod.local_class(ds.func)
     return cls is not None and any("IterableDataset" in b for b in mod.class_bases(cls))
+
+
+_SHARD_WORDS = ("rank", "world", "shard", "split", "node", "partition", "num_replicas", "process_index")
+
+
+def unsharded_iterable_class(mod, ds: ast.expr | None, depth: int = 0) -> ast.ClassDef | None:
+    """The file's (or project's) own IterableDataset class that ``ds`` builds, when nothing in the class reads
+    the process's rank or splits its stream (no rank, world size, shard, split, node or partition name in it):
+    every DDP rank then iterates the whole stream. None when it cannot be told (a library stream, a name)."""
+    if ds is None or depth > 3:
+        return None
+    if isinstance(ds, ast.Name):
+        values = mod.values_of(ds)[:4]
+        found = [unsharded_iterable_class(mod, v, depth + 1) for v in values]
+        return found[0] if values and all(f is not None for f in found) else None
+    if not isinstance(ds, ast.Call):
+        return None
+    cls = mod.local_class(ds.func)
+    if cls is None or not any("IterableDataset" in b for b in mod.class_bases(cls)):
+        return None
+    for n in ast.walk(cls):
+        text = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else \
+            n.arg if isinstance(n, ast.arg) else n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) \
+            else ""
+        if any(w in text.lower() for w in _SHARD_WORDS):
+            return None
+    return cls
