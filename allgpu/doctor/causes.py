@@ -24,6 +24,8 @@ never renamed or reused.
                                     memory a GPU needs (cuBLAS/cuDNN handles fail, allocation fails at start)
 ``out-of-memory``                   the job itself needs more GPU memory than there is
 ``input-bound``                     GPUs wait for input: too few loader workers, no prefetch, low utilisation
+``communication-bound``             several GPUs wait on the gradient exchange: throughput grows far less
+                                    than the GPU count, NCCL on sockets or with peer-to-peer disabled
 ``nccl-error``                      NCCL failed or hung between GPUs (collectives, P2P, shared memory)
 ``port-in-use``                     the rendezvous port (MASTER_PORT, --master_port, init_method) is taken
                                     by another job or a process left over from an earlier run
@@ -93,6 +95,10 @@ _CAUSES = (
     Cause("input-bound", "GPUs wait for input", "warning",
           "Feed the GPUs faster: DataLoader(num_workers>0, pin_memory=True), tf.data with "
           "map(num_parallel_calls=tf.data.AUTOTUNE) and .prefetch(tf.data.AUTOTUNE), or preprocess offline."),
+    Cause("communication-bound", "the GPUs wait on the gradient exchange", "warning",
+          "Check the links NCCL uses (`NCCL_DEBUG=INFO`: P2P/NVLink or IB rather than NET/Socket; `nvidia-smi topo "
+          "-m`), do not disable P2P/IB without need, raise the per-GPU batch or accumulate gradients (DDP no_sync), "
+          "and overlap the all-reduce with backward (bucketed DDP, MirroredStrategy's NCCL all-reduce)."),
     Cause("nccl-error", "NCCL failed between GPUs", "error",
           "Rerun with NCCL_DEBUG=INFO to see the failing transport; common fixes: a larger /dev/shm "
           "(`docker run --shm-size`), NCCL_P2P_DISABLE=1 where peer-to-peer is broken, matching NCCL versions."),

@@ -34,6 +34,8 @@ class Pattern:
             ``"cvd"`` (group 1 is a CUDA_VISIBLE_DEVICES value), ``"no-device"``, and for facts
             ``"present"``, ``"registered"``, ``"strategy"``, ``"jax-devices"``, ``"nccl-ranks"``, ``"skipped"``.
         what: what the message means, one line.
+        also: other causes public threads settled the same message as, most frequent first: the verdict names
+            them after ``cause`` as candidates when nothing else in the log decides between them.
     """
 
     id: str
@@ -42,10 +44,12 @@ class Pattern:
     weight: float
     kind: str
     what: str
+    also: tuple[str, ...] = ()
 
 
-def _p(pid: str, regex: str, cause: str | None, weight: float, what: str, kind: str = "", flags: int = 0) -> Pattern:
-    return Pattern(pid, re.compile(regex, flags), cause, weight, kind, what)
+def _p(pid: str, regex: str, cause: str | None, weight: float, what: str, kind: str = "", flags: int = 0,
+       also: tuple[str, ...] = ()) -> Pattern:
+    return Pattern(pid, re.compile(regex, flags), cause, weight, kind, what, also)
 
 
 I = re.IGNORECASE
@@ -93,18 +97,19 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("nvml-version-mismatch", r"Driver/library version mismatch", "no-driver", 1.0,
        "the loaded kernel driver and its libraries differ (reboot after a driver upgrade)"),
     _p("cuinit-303", r"failed call to cuInit: (?:UNKNOWN ERROR \(303\)|CUDA_ERROR_UNKNOWN)", "no-driver", 0.6,
-       "cuInit failed: driver missing or not usable here"),
+       "cuInit failed: driver missing or not usable here", also=('cuda-version-mismatch',)),
     _p("torch-driver-init", r"CUDA driver initialization failed, you might not have a CUDA gpu", "no-driver", 0.7,
        "PyTorch could not start the CUDA driver"),
     # --- devices-hidden -----------------------------------------------------------------------------------------
     _p("cuda-no-device", r"CUDA_ERROR_NO_DEVICE|no CUDA-capable device is detected", "devices-hidden", 0.6,
-       "CUDA sees no device", "no-device"),
+       "CUDA sees no device", "no-device", also=('no-driver',)),
     _p("cvd-set", r"CUDA_VISIBLE_DEVICES['\"]?\]?\s*=\s*((['\"]?)[-\d, ]*\2)(?=\s|$|;|&|\))", "devices-hidden", 0,
        "CUDA_VISIBLE_DEVICES set in the run", "cvd"),
     _p("torch-no-gpus", r"No CUDA GPUs are available", "devices-hidden", 0.6,
-       "PyTorch sees no (or fewer) GPUs than the script asks for"),
+       "PyTorch sees no (or fewer) GPUs than the script asks for", also=('no-driver',)),
     _p("torch-cuda-unknown", r"CUDA unknown error - this may be due to an incorrectly set up environment",
-       "no-driver", 0.6, "CUDA failed to start with an unknown error (a driver left unusable, e.g. after suspend)"),
+       "no-driver", 0.6, "CUDA failed to start with an unknown error (a driver left unusable, e.g. after suspend)",
+       also=('devices-hidden',)),
     _p("cuda-error-30", r"\(30 vs\. 0\)\s*unknown error|failed with error #30\b|cudaErrorUnknown\b", "no-driver", 0.6,
        "the CUDA runtime failed with an unknown error (error 30): the driver is not usable here"),
     _p("tf-set-visible-empty", r"set_visible_devices\(\s*\[\s*\]", "devices-hidden", 1.0,
@@ -146,7 +151,8 @@ PATTERNS: tuple[Pattern, ...] = (
        1.0, "TensorFlow ignores a GPU below its minimum compute capability", flags=I),
     _p("torch-sm-incompatible", r"with CUDA capability sm_\d+ is not compatible with the current PyTorch "
        r"installation", "unsupported-compute-capability", 1.0, "PyTorch has no kernels for this GPU"),
-    _p("no-kernel-image", r"no kernel image is available for execution on the device|CUDA_ERROR_NO_BINARY_FOR_GPU",
+    _p("no-kernel-image", r"no kernel image is available for execution(?: on the (?:device|driver))?|"
+       r"CUDA_ERROR_NO_BINARY_FOR_GPU",
        "unsupported-compute-capability", 1.0, "the build has no kernels for this GPU's architecture"),
     _p("torch-gpu-too-old", r"PyTorch no longer supports this GPU because it is too old",
        "unsupported-compute-capability", 1.0, "the GPU is below PyTorch's minimum"),
@@ -160,27 +166,31 @@ PATTERNS: tuple[Pattern, ...] = (
     # --- memory-held --------------------------------------------------------------------------------------------
     _p("torch-cublas-create", r"CUBLAS_STATUS_(?:NOT_INITIALIZED|ALLOC_FAILED) when calling `?cublasCreate|"
        r"Create cublas handle failed", "out-of-memory", 1.0,
-       "cuBLAS found no memory for its handle while the job's tensors filled the GPU"),
+       "cuBLAS found no memory for its handle while the job's tensors filled the GPU",
+       also=('memory-held', 'cuda-version-mismatch')),
     _p("cublas-not-init", r"CUBLAS_STATUS_NOT_INITIALIZED(?! when calling)|CUBLAS_STATUS_ALLOC_FAILED(?! when calling)",
-       "memory-held", 1.0, "cuBLAS could not allocate its handle (memory taken)"),
+       "memory-held", 1.0, "cuBLAS could not allocate its handle (memory taken)", also=('out-of-memory',)),
     _p("cudnn-conv-algorithm", r"Failed to get convolution algorithm\. This is probably because cuDNN failed to "
-       r"initialize", "memory-held", 1.0, "cuDNN could not start (TensorFlow reserved the memory it needs)"),
+       r"initialize", "memory-held", 1.0, "cuDNN could not start (TensorFlow reserved the memory it needs)",
+       also=('cuda-version-mismatch',)),
     _p("driver-api-oom", r"\bCUDA_ERROR_OUT_OF_MEMORY\b", "memory-held", 0.6,
-       "a CUDA driver call (context creation) found no memory left"),
+       "a CUDA driver call (context creation) found no memory left", also=('out-of-memory',)),
     _p("torch-cudnn-not-init", r"cuDNN error: CUDNN_STATUS_NOT_INITIALIZED", "cuda-version-mismatch", 0.6,
-       "PyTorch could not start cuDNN (usually a cuDNN/CUDA that does not match the build; sometimes no memory)"),
+       "PyTorch could not start cuDNN (usually a cuDNN/CUDA that does not match the build; sometimes no memory)",
+       also=('out-of-memory', 'memory-held')),
     _p("xla-driver-hint", r"Possibly insufficient driver version: [\d.]+", "cuda-version-mismatch", 0.8,
        "XLA found the driver too old for its cuDNN"),
     _p("xla-memory-usage", r"Memory usage: (\d+) bytes free, (\d+) bytes total", None, 0,
        "memory free when XLA failed to start cuDNN"),
     _p("cudnn-handle", r"Could not create cudnn handle: CUDNN_STATUS_(?:INTERNAL_ERROR|ALLOC_FAILED|NOT_INITIALIZED)",
-       "memory-held", 1.0, "cuDNN could not allocate its handle (memory taken)"),
+       "memory-held", 1.0, "cuDNN could not allocate its handle (memory taken)",
+       also=('cuda-version-mismatch', 'missing-cuda-libs')),
     _p("ctx-retain-oom", r"cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY|cuCtxCreate.*OUT_OF_MEMORY",
        "memory-held", 1.0, "no memory left even to create a CUDA context"),
     _p("tf-prealloc-failed", r"failed to allocate [\d.]+\w? \(\d+ bytes\) from device: CUDA_ERROR_OUT_OF_MEMORY",
-       "memory-held", 0.8, "TensorFlow could not reserve its memory: something else holds it"),
+       "memory-held", 0.8, "TensorFlow could not reserve its memory: something else holds it", also=('out-of-memory',)),
     _p("devices-busy", r"all CUDA-capable devices are busy or unavailable|CUDA_ERROR_DEVICE_UNAVAILABLE",
-       "memory-held", 1.0, "another process holds the GPU (exclusive mode)"),
+       "memory-held", 1.0, "another process holds the GPU (exclusive mode)", also=('no-driver',)),
     _p("tf-free-memory", r"(?:totalMemory|Total memory): ([\d.]+)([KMGT]i?B).*?(?:freeMemory|Free memory): "
        r"([\d.]+)([KMGT]i?B)", None, 0, "memory free when TensorFlow started", "tf-free-memory"),
     _p("tf-free-memory-next", r"^Free memory: ([\d.]+)([KMGT]i?B)", None, 0, "memory free (TF 0.x/1.x)",
@@ -196,8 +206,9 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("torch-oom", r"(?:CUDA out of memory\. |^\W*)Tried to allocate (.*)", "out-of-memory", 1.0,
        "PyTorch ran out of GPU memory", "torch-oom", flags=I),
     _p("torch-oom-plain", r"CUDA out of memory(?!\. Tried to allocate)", "out-of-memory", 1.0,
-       "PyTorch ran out of GPU memory", flags=I),
-    _p("cuda-error-oom", r"CUDA error: out of memory", "out-of-memory", 1.0, "a CUDA call ran out of memory"),
+       "PyTorch ran out of GPU memory", flags=I, also=('memory-held',)),
+    _p("cuda-error-oom", r"CUDA error: out of memory", "out-of-memory", 1.0, "a CUDA call ran out of memory",
+       also=('memory-held',)),
     # --- input-bound --------------------------------------------------------------------------------------------
     _p("lightning-workers", r"does not have many workers which may be a bottleneck", "input-bound", 1.0,
        "the DataLoader has too few workers for the GPU"),

@@ -12,12 +12,19 @@ from dataclasses import dataclass, field
 
 from allgpu.doctor.log_facts import LogFacts, read_facts
 from allgpu.doctor.log_patterns import PATTERNS, PREFIX, Pattern
+from allgpu.doctor.log_patterns_setup import SETUP_PATTERNS
+from allgpu.doctor.log_setting import Setting, read_setting
+from allgpu.doctor.log_throughput import Throughput, read_throughput
+
+ALL_PATTERNS: tuple[Pattern, ...] = PATTERNS + SETUP_PATTERNS
 
 _UNIT = {"B": 1 / 2**20, "KB": 1 / 1024, "KiB": 1 / 1024, "MB": 1.0, "MiB": 1.0, "GB": 1024.0, "GiB": 1024.0,
          "TB": 2**20, "TiB": 2**20}
 # Libraries whose absence is not a reason for an idle GPU (TensorRT is optional), or means no driver.
 _OPTIONAL_LIBS = ("libnvinfer", "nvinfer", "libtpu")
 _DRIVER_LIBS = ("libcuda.so", "nvcuda.dll", "libnvidia-ml")
+# Parts of a library name that make it a CUDA library (PyTorch's torch_cuda.dll, caffe2_nvrtc.dll, libc10_cuda.so).
+_CUDA_PARTS = re.compile(r"cuda|cudnn|cublas|cufft|curand|cusolver|cusparse|nvrtc|nvjitlink|nccl|cupti", re.I)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colour codes in captured terminal output
 # Quotes that a browser or editor retyped in a pasted message ("couldn‘t communicate").
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
@@ -27,13 +34,15 @@ HELD_FRACTION = 0.5
 
 @dataclass(frozen=True)
 class LogHit:
-    """One known message at one line: ``line`` is 1-based, ``text`` the message without its log prefix."""
+    """One known message at one line: ``line`` is 1-based, ``text`` the message without its log prefix, ``also``
+    the other causes the same message is known to have (candidates after ``cause``)."""
 
     line: int
     pattern: str
     cause: str | None
     weight: float
     text: str
+    also: tuple[str, ...] = ()
 
 
 @dataclass
@@ -53,6 +62,8 @@ class LogReading:
         cvd: the ``CUDA_VISIBLE_DEVICES`` value the log shows being set, or None.
         facts: versions, GPU names, ``nvidia-smi`` rows and step timing the log states
             (:mod:`allgpu.doctor.log_facts`).
+        setting: operating system, frameworks, builds' CUDA and devices named (:mod:`allgpu.doctor.log_setting`).
+        throughput: the throughput series (:mod:`allgpu.doctor.log_throughput`).
     """
 
     lines: int = 0
@@ -66,6 +77,8 @@ class LogReading:
     nccl_ranks: int | None = None
     cvd: str | None = None
     facts: LogFacts = field(default_factory=LogFacts)
+    setting: Setting = field(default_factory=Setting)
+    throughput: Throughput = field(default_factory=Throughput)
 
     def causes(self) -> list[LogHit]:
         """Hits that point at a cause (weight > 0)."""
@@ -98,7 +111,7 @@ def _library_cause(lib: str) -> tuple[str | None, float]:
         return None, 0.0
     if low.startswith(_DRIVER_LIBS):
         return "no-driver", 1.0
-    if re.match(r"(lib)?(cu|nv|nccl)", low):
+    if re.match(r"(lib)?(cu|nv|nccl)", low) or _CUDA_PARTS.search(low):
         return "missing-cuda-libs", 1.0
     return None, 0.0
 
@@ -216,6 +229,9 @@ def _hit(pat: Pattern, m: re.Match[str], text: str, lines: list[str], i: int, re
         return None
     if kind == "one-device":
         return ("single-device-strategy", 1.0) if len(reading.registered) >= 2 else None
+    if kind == "unavailable-flag":
+        follow = m.group(1) or next((ln.strip() for ln in lines[i + 1:i + 3] if ln.strip()), "")
+        return ("", 0.0) if follow.lower().startswith("false") else None
     if kind in ("built-with-cuda", "version-cuda"):
         follow = m.group(1) or next((ln.strip() for ln in lines[i + 1:i + 3] if ln.strip()), "")
         return ("cpu-build", 1.0) if follow.lower().startswith(("false", "none")) else None
@@ -243,20 +259,24 @@ def read_log(text: str) -> LogReading:
         A :class:`LogReading`; an empty ``hits`` list when no known message appears.
     """
     lines = _ANSI.sub("", text).translate(_QUOTES).splitlines()
-    reading = LogReading(lines=len(lines), facts=read_facts(lines))
+    reading = LogReading(lines=len(lines), facts=read_facts(lines), setting=read_setting(lines),
+                         throughput=read_throughput(lines))
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue
         src, msg = _message(raw)
-        for pat in PATTERNS:
+        for pat in ALL_PATTERNS:
             m = pat.regex.search(raw if pat.id == "nvidia-smi-row" else msg)
             if not m:
                 continue
             _facts(reading, pat, m)
             given = _hit(pat, m, msg, lines, i, reading)
+            if pat.kind == "unavailable-flag" and given is None:
+                continue  # is_available() printed True, or nothing follows
             cause, weight = given if given else (None, 0.0)
-            reading.hits.append(LogHit(i + 1, pat.id, cause, weight, msg[:240]))
+            reading.hits.append(LogHit(i + 1, pat.id, cause or None, weight, msg[:240], pat.also if cause else ()))
             fw = _framework(src, msg)
             if fw and (cause or pat.kind):
                 reading.frameworks.add(fw)
+    reading.frameworks |= reading.setting.frameworks
     return reading

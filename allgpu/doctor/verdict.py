@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from allgpu.doctor.causes import CAUSES
+from allgpu.doctor.log_evidence import setting_evidence
 from allgpu.doctor.log_facts import INPUT_SHARE, fact_notes
-from allgpu.doctor.log_patterns import PATTERNS
-from allgpu.doctor.log_reader import LogHit, LogReading
+from allgpu.doctor.log_reader import ALL_PATTERNS, LogHit, LogReading
+from allgpu.doctor.log_setting import setting_notes
 from allgpu.doctor.problem import Problem
 
 # A cause is reported when its score reaches this; one message of weight 1.0 settles it.
 THRESHOLD = 0.6
 MAX_EVIDENCE = 4
-_MEANING = {p.id: p.what for p in PATTERNS}
+_MEANING = {p.id: p.what for p in ALL_PATTERNS}
 NOTHING_KNOWN = ("The log shows no message allgpu doctor knows about devices, so it names no cause. Run with "
                  "TF_CPP_MIN_LOG_LEVEL=0 (TensorFlow) and paste the whole log, from the first import on.")
 
@@ -62,9 +63,17 @@ class _Scores:
     """Evidence gathered per cause: score is the strongest weight plus 0.1 per further distinct message."""
 
     weights: dict[str, list[tuple[float, str, str]]] = field(default_factory=lambda: defaultdict(list))
+    also: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
-    def add(self, cause: str, weight: float, source: str, evidence: str) -> None:
+    def add(self, cause: str, weight: float, source: str, evidence: str, also: tuple[str, ...] = ()) -> None:
         self.weights[cause].append((weight, source, evidence))
+        if also:
+            self.also.setdefault((cause, source), also)
+
+    def candidates(self, cause: str) -> tuple[str, ...]:
+        """The other causes the strongest evidence for ``cause`` is known to have, in order."""
+        items = sorted(self.weights.get(cause, []), key=lambda w: -w[0])
+        return self.also.get((cause, items[0][1]), ()) if items else ()
 
     def score(self, cause: str) -> float:
         items = self.weights.get(cause, [])
@@ -84,7 +93,9 @@ def _line(hit: LogHit) -> str:
 def _log_scores(log: LogReading) -> _Scores:
     scores = _Scores()
     for hit in log.causes():
-        scores.add(hit.cause, hit.weight, hit.pattern, _line(hit))
+        scores.add(hit.cause, hit.weight, hit.pattern, _line(hit), hit.also)
+    for cause, weight, source, text, also in setting_evidence(log):
+        scores.add(cause, weight, source, text, also)
     registered = len(log.registered)
     # A strategy on fewer GPUs than the framework registered.
     if registered >= 2:
@@ -151,7 +162,26 @@ def _findings(scores: _Scores, extra_notes: dict[str, str] | None = None) -> lis
         if extra_notes and cause_id in extra_notes:
             summary += " " + extra_notes[cause_id]
         out.append(Problem(cause_id, cause.severity, summary, cause.fix, evidence=tuple(evidence[:MAX_EVIDENCE])))
-    return out
+    return _with_candidates(scores, ranked, out)
+
+
+def _with_candidates(scores: _Scores, ranked: list[str], out: list[Problem]) -> list[Problem]:
+    """After the first finding, the other causes its evidence is known to have (a message settled differently in
+    different threads), in order, unless the log already names them: candidates rather than one wrong cause."""
+    if not ranked:
+        return out
+    first = ranked[0]
+    others = [c for c in scores.candidates(first) if c not in ranked and c in CAUSES]
+    if not others:
+        return out
+    evidence = out[0].evidence[:1]
+    names = ", ".join(f"{CAUSES[c].title} ({c})" for c in others)
+    out[0] = Problem(out[0].id, out[0].severity, out[0].cause + f" The same evidence has other causes in other "
+                     f"runs: {names}; the log does not decide between them, so they follow as candidates.",
+                     out[0].fix, evidence=out[0].evidence)
+    candidates = [Problem(c, "warning", f"Candidate: {CAUSES[c].title} (the evidence of the first finding is "
+                          "known to have this cause too).", CAUSES[c].fix, evidence=evidence) for c in others]
+    return out[:1] + candidates + out[1:]
 
 
 def _details(log: LogReading) -> dict[str, str]:
@@ -193,7 +223,7 @@ def _log_notes(log: LogReading) -> list[str]:
     if log.strategy_replicas is not None:
         notes.append(f"The strategy runs {log.strategy_replicas} replica(s)"
                      + (f", {log.strategy_gpus} on GPUs." if log.strategy_gpus is not None else "."))
-    return notes + fact_notes(log.facts)
+    return notes + setting_notes(log.setting) + fact_notes(log.facts)
 
 
 def _all_used(present: int | None, registered: int | None, used: int | None) -> bool:

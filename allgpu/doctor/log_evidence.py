@@ -1,0 +1,131 @@
+"""Causes drawn from what a log shows beyond its known messages: the setting (:mod:`allgpu.doctor.log_setting`), the
+throughput series (:mod:`allgpu.doctor.log_throughput`) and the lines a user prints to show that no GPU is
+available, which name no cause alone: the candidates depend on the framework, its build and the operating system.
+
+Each piece of evidence is ``(cause, weight, source, text, also)``: ``also`` are the other candidates, in order, that
+the verdict names after ``cause`` when nothing else decides. Pure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from allgpu.doctor.log_throughput import POOR_SCALING, scaling, stalls
+
+if TYPE_CHECKING:
+    from allgpu.doctor.log_reader import LogHit, LogReading
+
+Evidence = tuple[str, float, str, str, tuple[str, ...]]
+# Native Windows TensorFlow has no GPU from this version on (the last GPU build for Windows is 2.10).
+TF_WINDOWS_LAST_GPU = (2, 10)
+
+
+def _version(text: str | None) -> tuple[int, int] | None:
+    parts = (text or "").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def _major(version: str | None) -> int | None:
+    v = _version(version if version and "." in version else (version or "") + ".0")
+    return v[0] if v else None
+
+
+def _framework_of(hit: LogHit, log: LogReading) -> str | None:
+    low = hit.text.lower()
+    if "torch" in low or "cuda.is_available" in low:
+        return "pytorch"
+    if any(k in low for k in ("tf.", "tensorflow", "is_gpu_available", "physical_device", "num gpus", "device_type")):
+        return "tensorflow"
+    named = {"torch": "pytorch", "tensorflow": "tensorflow", "jax": "jax"}
+    known = (log.setting.frameworks | {named[k] for k in log.facts.versions if k in named}) - {"keras"}
+    return next(iter(known)) if len(known) == 1 else None
+
+
+def _unavailable_candidates(frameworks: set[str | None], log: LogReading) -> tuple[tuple[str, ...], str]:
+    """Causes of "no GPU available", most likely first, and why that order."""
+    setting = log.setting
+    tf = _version(log.facts.versions.get("tensorflow"))
+    if setting.os == "colab":
+        return ("no-driver", "cpu-build"), "on Colab a runtime without a GPU shows no GPU to any framework"
+    if len(frameworks - {None}) >= 2:
+        return ("no-driver", "cpu-build"), "two frameworks both see no GPU: the machine, not one build"
+    if "tensorflow" in frameworks and tf and tf > TF_WINDOWS_LAST_GPU:
+        if setting.os == "windows":
+            return ("cpu-build",), f"TensorFlow {tf[0]}.{tf[1]} on native Windows has no GPU support (2.10 was last)"
+        return ("cpu-build", "missing-cuda-libs", "no-driver"), (
+            f"TensorFlow {tf[0]}.{tf[1]} printed no CUDA library failure: on native Windows it has no GPU support")
+    if "tensorflow" in frameworks:
+        return ("missing-cuda-libs", "no-driver", "cpu-build"), "TensorFlow usually names the library it missed"
+    if setting.torch_cuda == "cpu":
+        return ("cpu-build",), "PyTorch is a CPU build"
+    if setting.torch_cuda:
+        return ("no-driver", "cuda-version-mismatch", "devices-hidden"), (
+            f"PyTorch is built for CUDA {setting.torch_cuda}, so the driver is the first suspect")
+    return ("cpu-build", "no-driver", "devices-hidden"), "the log shows no build or driver"
+
+
+def _unavailable(log: LogReading) -> list[Evidence]:
+    hits = [h for h in log.hits if h.pattern in ("gpu-unavailable-flag", "gpu-unavailable-text")]
+    if not log.registered and not any(h.pattern == "tf-device-list-gpu" for h in log.hits):
+        hits += [h for h in log.hits if h.pattern == "tf-device-list-cpu"][:1]  # a device list with no GPU in it
+    if not hits:
+        return []
+    frameworks = {_framework_of(h, log) for h in hits}
+    order, why = _unavailable_candidates(frameworks, log)
+    hit = hits[0]
+    text = f"log line {hit.line}: {hit.text[:140]} ({why})"
+    return [(order[0], 0.6, "gpu-unavailable", text, order[1:])]
+
+
+def _windows_tf(log: LogReading) -> list[Evidence]:
+    tf = _version(log.facts.versions.get("tensorflow"))
+    if log.setting.os != "windows" or not tf or tf <= TF_WINDOWS_LAST_GPU or log.registered:
+        return []
+    return [("cpu-build", 0.6, "windows-tf", f"TensorFlow {tf[0]}.{tf[1]} on native Windows (paths in the log): "
+             "TensorFlow >= 2.11 has no GPU on native Windows", ())]
+
+
+def _driver_cuda(log: LogReading) -> list[Evidence]:
+    """The build's CUDA major above the highest the driver supports (``nvidia-smi``'s ``CUDA Version``)."""
+    driver = log.facts.versions.get("cuda")
+    build = log.setting.torch_cuda if log.setting.torch_cuda != "cpu" else None
+    if not driver or not build or _major(build) is None or _major(driver) is None:
+        return []
+    if _major(build) > _major(driver):
+        return [("cuda-version-mismatch", 0.9, "driver-cuda", f"PyTorch is built for CUDA {build} but nvidia-smi "
+                 f"shows a driver supporting CUDA {driver} at most", ())]
+    return []
+
+
+def _wsl_no_device(log: LogReading) -> list[Evidence]:
+    if log.setting.os != "wsl" or log.cvd is not None:
+        return []
+    hit = next((h for h in log.hits if h.pattern == "cuda-no-device"), None)
+    if hit is None:
+        return []
+    return [("no-driver", 0.7, "wsl-no-device", f"log line {hit.line}: {hit.text[:120]} (under WSL2 the GPU comes "
+             "from the Windows driver through /usr/lib/wsl/lib; a Linux driver installed inside WSL hides it)", ())]
+
+
+def _throughput(log: LogReading) -> list[Evidence]:
+    out: list[Evidence] = []
+    stall = stalls(log.throughput)
+    if stall:
+        out.append(("input-bound", 0.6, "step-stalls", stall, ("communication-bound",)))
+    scaled = scaling(log.throughput)
+    if scaled and scaled[0] < POOR_SCALING:
+        link = log.throughput.slow_link
+        if link:
+            out.append(("communication-bound", 0.8, "scaling", f"{scaled[1]}; log line {link[0]}: {link[1]}",
+                        ("input-bound",)))
+        else:
+            out.append(("input-bound", 0.6, "scaling", scaled[1], ("communication-bound",)))
+    return out
+
+
+def setting_evidence(log: LogReading) -> list[Evidence]:
+    """Every cause the log's setting, throughput and "no GPU available" lines point at."""
+    return _unavailable(log) + _windows_tf(log) + _driver_cuda(log) + _wsl_no_device(log) + _throughput(log)
