@@ -102,3 +102,21 @@ def _called(mod) -> set[str]:
     if cache is None:
         cache = mod.__dict__["_astutil_called"] = {d for c, _ in mod.calls if (d := dotted(c.func))}
     return cache
+
+
+def in_test_case(mod, node) -> bool:
+    """``node`` is in a unit test: a method of a ``*TestCase`` class (tf.test, unittest, absltest, parameterized)
+    or a ``test_*`` function, or anywhere in a module that defines such a class (its fixtures and helpers).
+    Tests pick tiny fixed batches and skip prefetching on purpose."""
+    test_module = mod.__dict__.get("_test_module")
+    if test_module is None:
+        test_module = mod.__dict__["_test_module"] = any(
+            (dotted(b) or "").endswith("TestCase") for defs in mod.classes.values() for c in defs for b in c.bases)
+    if test_module and not mod.is_foreign(node):
+        return True
+    for anc in mod.ancestors(node):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)) and anc.name.startswith("test"):
+            return True
+        if isinstance(anc, ast.ClassDef) and any((dotted(b) or "").endswith("TestCase") for b in anc.bases):
+            return True
+    return False

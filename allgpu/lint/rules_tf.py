@@ -73,10 +73,30 @@ def training_uses(ctx) -> dict[str, list[ast.AST]]:
     for attr in ("trainable_variables", "trainable_weights"):
         for node in mod.attrs.get(attr, []):
             name = dotted(node.value)
-            if name:
+            if name and not _only_read(mod, node):
                 out.setdefault(name, []).append(node)
     ctx.mod.__dict__["_tf_training_uses"] = out
     return out
+
+
+_READERS = {"len", "print", "str", "repr", "list", "sum", "format", "enumerate", "zip", "sorted"}
+
+
+def _only_read(mod, node: ast.AST) -> bool:
+    """``model.trainable_variables`` looked at, not trained: iterated by a ``for`` (``var.assign(...)`` to
+    interpolate two loaded models), or given only to ``len``/``print``... outside any gradient call."""
+    child = node
+    for anc in mod.ancestors(node):
+        if isinstance(anc, ast.Call):
+            fname = anc.func.attr if isinstance(anc.func, ast.Attribute) else getattr(anc.func, "id", "")
+            if fname not in _READERS:
+                return False
+        elif isinstance(anc, (ast.For, ast.AsyncFor)):
+            return child is anc.iter
+        elif isinstance(anc, ast.stmt):
+            return not isinstance(anc, (ast.Assign, ast.AnnAssign, ast.Return))
+        child = anc
+    return False
 
 
 def check_tf001(ctx) -> None:

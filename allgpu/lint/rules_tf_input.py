@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from allgpu.lint import tfdata
-from allgpu.lint.astutil import star_kwarg
+from allgpu.lint.astutil import in_test_case, star_kwarg
 from allgpu.lint.binding import after_strategy_ends, name_loads
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg
 
@@ -98,7 +98,7 @@ def check_tf007(ctx) -> None:
         if arg is None and f.attr == "fit":
             arg = star_kwarg(mod, call, "batch_size")[0]
         for size, node, note in _fixed_batches(mod, call, arg):
-            if not _named_global(arg) and dotted(arg) not in _rescaled_names(mod):
+            if not _named_global(arg) and dotted(arg) not in _rescaled_names(mod) and not in_test_case(mod, node):
                 ctx.emit("TF007", node, f"batch size {size}{note} is fixed: with N replicas each GPU gets "
                                         f"{size}/N; scale it by strategy.num_replicas_in_sync")
     _check_tf007_in_other_modules(ctx)
@@ -191,10 +191,27 @@ def _fixed_batches(mod, call: ast.Call, arg: ast.expr | None):
     if fn is None:
         return
     for caller in mod.callers(fn) if not mod.is_foreign(fn) else foreign_callers(mod, fn):
+        if _bound_for_evaluation(mod, caller):
+            continue  # ``val_dataset = extract(val_dir, batch_size=1)``: this call's pipeline is not trained on
         value, given = _const_argument(mod, fn, caller, arg.id)
         if value is not None and not _named_global(given):
             name = caller.func.attr if isinstance(caller.func, ast.Attribute) else dotted(caller.func)
             yield value, caller, f" (given to {name}(), which batches by it at line {arg.lineno})"
+
+
+_EVAL_TOKENS = {"val", "valid", "validation", "test", "eval", "evaluation", "dev", "predict", "infer", "inference"}
+
+
+def _bound_for_evaluation(mod, call: ast.Call) -> bool:
+    """``call``'s result is bound only to evaluation-named targets (``val_ds``, ``test_dataset``) or to a name
+    only evaluated on."""
+    st = next((a for a in mod.ancestors(call) if isinstance(a, ast.stmt)), None)
+    if not isinstance(st, ast.Assign) or st.value is not call:
+        return False
+    names = [dotted(e) for t in st.targets for e in (t.elts[:1] if isinstance(t, ast.Tuple) else [t])]
+    if names and all(n and _EVAL_TOKENS & set(n.rsplit(".", 1)[-1].lower().split("_")) for n in names):
+        return True
+    return _evaluation_only(mod, call)
 
 
 def foreign_callers(mod, fn) -> list[ast.Call]:
@@ -286,7 +303,7 @@ def check_tf008(ctx) -> None:
         if not roots or "prefetch" in methods:
             continue
         root = min(roots, key=lambda r: (r.lineno, r.col_offset))
-        if id(root) in done:
+        if id(root) in done or in_test_case(mod, expr):
             continue
         done.add(id(root))
         ctx.emit("TF008", root, "this tf.data pipeline feeds training but is never prefetched: add "

@@ -193,26 +193,9 @@ def check_pt003(ctx) -> None:
                                     "the whole dataset")
 
 
-def _sampler_delegated(mod) -> bool:
-    """A DistributedSampler handed to a function imported from elsewhere (``train(..., sampler=sampler)`` with
-    ``from utils import train``): that helper can call ``set_epoch``, and this file cannot see it."""
-    names = {name for name, values in mod.assigns.items()
-             if any(isinstance(v, ast.Call) and (mod.qualname(v.func) or "").endswith("DistributedSampler")
-                    for v in values)}
-    if not names:
-        return False
-    for call, qn in mod.calls:
-        if not qn or qn.startswith(("torch.", "logging.", "builtins.")) or "loader" in qn.rsplit(".", 1)[-1].lower():
-            continue  # a loader factory (timm's create_loader) only wraps the sampler, it sets no epoch
-        args = list(call.args) + [kw.value for kw in call.keywords]
-        if any(dotted(a) in names for a in args):
-            return True
-    return False
-
-
 def check_pt004(ctx) -> None:
     mod = ctx.mod
-    if "set_epoch" in mod.attrs or _sampler_delegated(mod):
+    if "set_epoch" in mod.attrs or torch_train.sampler_delegated(mod):
         return
     epoch_loop = False
     for loop in mod.loops:
@@ -225,7 +208,7 @@ def check_pt004(ctx) -> None:
     for call, qn in mod.calls:
         if qn and qn.startswith("torch.") and qn.endswith("DistributedSampler"):
             shuffle = kwarg(call, "shuffle")
-            if isinstance(shuffle, ast.Constant) and shuffle.value is False:
+            if isinstance(shuffle, ast.Constant) and shuffle.value is False or torch_train.evaluation_sampler(mod, call):
                 continue
             ctx.emit("PT004", call, "DistributedSampler is never given set_epoch(epoch): every epoch "
                                     "shuffles the same way")

@@ -44,6 +44,19 @@ def _device_per_rank(mod) -> bool:
     if any(INIT_HELPER.search(qn.rsplit(".", 1)[-1].lower()) for _, qn in mod.calls
            if qn and not qn.startswith("torch.")):
         return True  # ``utils.init_distributed_mode(args)`` (DeiT, DINO, MAE): such helpers call set_device
+    return _project_sets_device(mod)
+
+
+def _project_sets_device(mod) -> bool:
+    """A module of the project this file imports calls ``torch.cuda.set_device`` (``from torch_utils import
+    distributed as dist`` whose ``init()`` sets each rank's GPU before this file's code runs)."""
+    if mod.importer is None:
+        return False
+    for target in set(mod.aliases.values()):
+        for name in (target, target.rpartition(".")[0]):
+            fm = mod.importer.load(name) if name and name.strip(".") else None
+            if fm is not None and any(qn in _SETS_DEVICE for _, qn in fm.calls):
+                return True
     return False
 
 
@@ -119,10 +132,10 @@ def _distributed_when(test: ast.expr) -> bool | None:
     return None
 
 
-def one_process_only(mod, node: ast.AST) -> bool:
+def one_process_only(mod, node: ast.AST, depth: int = 0) -> bool:
     """Is ``node`` reached only by one process: the single-process branch of ``if args.distributed: ... else:``
     (or ``if world_size == 1:``), or under a job rank guard (``if rank == 0:``), where that process's GPU is the
-    one named?"""
+    one named? Also inside a function every call of which is so (``evaluate()`` called under ``if rank == 0:``)."""
     child = node
     for anc in mod.ancestors(node):
         if isinstance(anc, ast.If):
@@ -136,8 +149,11 @@ def one_process_only(mod, node: ast.AST) -> bool:
             when = _distributed_when(anc.test)
             if when is not None and (child is anc.body) != when and child is not anc.test:
                 return True
-        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        if isinstance(anc, ast.Lambda):
             return False
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            sites = mod.callers(anc) if depth < 2 else []
+            return bool(sites) and all(one_process_only(mod, c, depth + 1) for c in sites)
         child = anc
     return False
 

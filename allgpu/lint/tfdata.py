@@ -147,7 +147,11 @@ def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None
         return pipeline(mod, expr.value, depth + 1, seen, steps)
     if isinstance(expr, (ast.Name, ast.Attribute)):
         roots, methods = [], set()
-        for v in mod.values_of(expr)[:8]:
+        values = mod.values_of(expr)
+        if isinstance(expr, ast.Name) and len(values) > 1:  # ``dataset`` bound in this function, not elsewhere
+            scope = mod.enclosing_function(expr)
+            values = [v for v in values if mod.enclosing_function(v) is scope] or values
+        for v in values[:8]:
             r, m = pipeline(mod, _unpacked_from(mod, expr, v) or v, depth + 1, seen, steps)
             roots, methods = roots + r, methods | m
         return roots, methods

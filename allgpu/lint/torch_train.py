@@ -199,3 +199,33 @@ def unsharded_iterable_class(mod, ds: ast.expr | None, depth: int = 0) -> ast.Cl
         if any(w in text.lower() for w in _SHARD_WORDS):
             return None
     return cls
+
+
+def sampler_delegated(mod) -> bool:
+    """A DistributedSampler handed to a function imported from elsewhere (``train(..., sampler=sampler)`` with
+    ``from utils import train``): that helper can call ``set_epoch``, and this file cannot see it."""
+    names = {name for name, values in mod.assigns.items()
+             if any(isinstance(v, ast.Call) and (mod.qualname(v.func) or "").endswith("DistributedSampler")
+                    for v in values)}
+    if not names:
+        return False
+    for call, qn in mod.calls:
+        if not qn or qn.startswith(("torch.", "logging.", "builtins.")) or "loader" in qn.rsplit(".", 1)[-1].lower():
+            continue  # a loader factory (timm's create_loader) only wraps the sampler, it sets no epoch
+        args = list(call.args) + [kw.value for kw in call.keywords]
+        if any(dotted(a) in names for a in args):
+            return True
+    return False
+
+
+_EVAL = re.compile(r"(?i)val|test|eval|infer|predict")
+
+
+def evaluation_sampler(mod, call: ast.Call) -> bool:
+    """A sampler over a validation set (``DistributedSampler(valset)``, ``val_sampler = ...``, in ``validate()``):
+    the order of evaluation does not matter, so no set_epoch is needed."""
+    st = next((a for a in mod.ancestors(call) if isinstance(a, ast.stmt)), None)
+    fn = mod.enclosing_function(call)
+    names = [dotted(call.args[0]) if call.args else None, fn.name if fn is not None else None]
+    names += [dotted(t) for t in st.targets] if isinstance(st, ast.Assign) else []
+    return any(n and _EVAL.search(n.rsplit(".", 1)[-1]) for n in names)
