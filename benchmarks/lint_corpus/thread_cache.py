@@ -4,19 +4,21 @@ A thread-confirmed label is code that a user pasted in a public thread (an issue
 someone other than us named the pitfall in that code: a maintainer, an answerer, or the user confirming that the
 named fix worked (issue 21: "a maintainer's or answerer's reply in a public thread that names the pitfall in that
 code"). A snippet the reply says is correct (often the answerer's corrected code) is a negative for the labels in
-its ``negatives``. The repository commits only the reference (URL, which comment holds the code, who settled it),
+its ``negatives``. The code is either pasted in the thread (``code_in`` names the comment) or a file of the
+thread's repository that the thread discusses (``path`` and ``commit``: the version current when the thread was
+written; ``git show COMMIT:PATH`` rebuilds it). The repository commits only the reference (URL, which comment holds the code, who settled it),
 the labels, the sha256 and line count of the code, and the split; the code itself is never committed (it is others'
 text). It lives in a cache outside the repository, ``$ALLGPU_LINT_THREAD_CACHE`` (default
 ``~/.cache/allgpu-lint-corpus/threads``), one ``<id>.py`` a snippet; :func:`load` checks every sha256 and stops
-naming what is missing. The texts were copied from the stored copies of the threads that the project's search
-tool serves; to rebuild the cache elsewhere, open each URL, copy the code block named in ``code_in`` into
-``<id>.py`` and run ``verify``.
+naming what is missing. Pasted texts were copied from the stored copies of the threads that the project's search
+tool serves; to rebuild the cache elsewhere, open each URL, copy the code block named in ``code_in`` (or
+``git show COMMIT:PATH`` for a repository file) into ``<id>.py`` and run ``verify``.
 
     python benchmarks/lint_corpus/thread_cache.py verify       # every snippet present and matching its sha256
     python benchmarks/lint_corpus/thread_cache.py add STAGE_DIR  # (labeller) stage files -> cache + rows
 
-A stage file ``<id>.txt`` is ``key: value`` lines (url, repo or site, thread, code_in, settled_by, settled_ref,
-labels, negatives, framework, note), a ``---`` line, then the code exactly as quoted.
+A stage file ``<id>.txt`` is ``key: value`` lines (url, repo or site, thread, code_in, path and commit for a
+repository file, settled_by, settled_ref, labels, negatives, framework, note), a ``---`` line, then the code exactly as quoted.
 
 Split: by repository for GitHub threads (``author_split.half(owner/name)``, the author-fix corpus's coin, so a
 repository is in the same half in both corpora), by ``site/thread`` elsewhere; fixed by the seed, never chosen.
@@ -36,7 +38,7 @@ sys.path.insert(0, str(HERE))
 from author_split import half  # noqa: E402
 
 THREADS = HERE / "thread_labels.jsonl"
-FIELDS = ("url", "repo", "site", "thread", "code_in", "settled_by", "settled_ref", "framework", "note")
+FIELDS = ("url", "repo", "site", "thread", "code_in", "path", "commit", "settled_by", "settled_ref", "framework", "note")
 SETTLED_BY = ("maintainer", "answerer", "user-confirmed")
 
 
