@@ -17,6 +17,8 @@ open each thread at its URL, copy the comment named in ``log_in`` and check the 
 Rounds: round 1 was split by thread into tuning and held-out halves; its held-out figure was recorded, then its
 misses were tuned on too (docs/doctor.md keeps the figure). Every later round is collected after the rules are
 frozen and is held out whole: its logs are never run through the doctor before the evaluation that reports them.
+From round 4 on, each thread's row also carries the half the salted hash gives it (``split_of``), so that once the
+round has been scored whole, only its tuning half may be tuned on and its held-out half stays held out.
 
 A stage file is ``key: value`` lines (repo, issue, log_in, cause, settled_by, settled_ref), a ``---`` line, then
 the log text exactly as pasted.
@@ -102,18 +104,25 @@ def add(stage: Path, path: Path = REFERENCES, round_: int = 1) -> int:
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     added = 0
+    threads = {(r["repo"].lower(), int(r["issue"])): r["id"] for r in rows}
+    by_id = {r["id"]: r for r in rows}
     for file in sorted(stage.glob("*.txt")):
         meta, text = _parse_stage(file)
         case_id = file.stem
-        (directory / f"{case_id}.log").write_text(text, encoding="utf-8")
         if case_id in known:
+            if sha256(text) != by_id[case_id]["sha256"]:
+                raise CacheError(f"{file}: id {case_id!r} is already a row with another text; rename the stage file")
+            (directory / f"{case_id}.log").write_text(text, encoding="utf-8")
             continue
         issue = int(meta["issue"])
+        if (meta["repo"].lower(), issue) in threads:
+            raise CacheError(f"{file}: {meta['repo']}#{issue} is already row {threads[(meta['repo'].lower(), issue)]!r}")
+        (directory / f"{case_id}.log").write_text(text, encoding="utf-8")
         rows.append({"id": case_id, "repo": meta["repo"], "issue": issue,
                      "url": f"https://github.com/{meta['repo']}/issues/{issue}", "log_in": meta["log_in"],
                      "cause": meta["cause"], "settled_by": meta["settled_by"], "settled_ref": meta["settled_ref"],
                      "sha256": sha256(text), "round": round_,
-                     "split": split_of(meta["repo"], issue) if round_ == 1 else "held-out"})
+                     "split": split_of(meta["repo"], issue) if round_ == 1 or round_ >= 4 else "held-out"})
         added += 1
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return added

@@ -212,9 +212,28 @@ def test_real_paste_references_are_complete_and_split_by_thread():
         assert row["cause"] in CAUSE_IDS, row
         assert row["settled_by"] in ("maintainer", "user", "answerer") and row["settled_ref"] and row["log_in"]
         assert len(row["sha256"]) == 64 and row["round"] >= 1
-        assert row["split"] == (cache.split_of(row["repo"], row["issue"]) if row["round"] == 1 else "held-out")
-        halves.setdefault((row["repo"], row["issue"]), set()).add(row["split"])
+        by_hash = row["round"] == 1 or row["round"] >= 4
+        assert row["split"] == (cache.split_of(row["repo"], row["issue"]) if by_hash else "held-out")
+        halves.setdefault((row["repo"].lower(), row["issue"]), set()).add(row["split"])
     assert all(len(s) == 1 for s in halves.values())
+
+
+def test_adding_a_thread_already_collected_is_refused(tmp_path, monkeypatch):
+    cache = _benchmark("doctor_log_cache")
+    monkeypatch.setenv("ALLGPU_DOCTOR_LOG_CACHE", str(tmp_path / "cache"))
+    refs, stage = tmp_path / "refs.jsonl", tmp_path / "stage"
+    stage.mkdir()
+    head = "repo: o/r\nissue: 7\nlog_in: title\ncause: no-driver\nsettled_by: user\nsettled_ref: x\n---\n"
+    (stage / "r-7.txt").write_text(head + "text\n")
+    assert cache.add(stage, refs, round_=4) == 1
+    (stage / "r-7.txt").rename(stage / "other-id.txt")
+    with pytest.raises(cache.CacheError, match="already row 'r-7'"):
+        cache.add(stage, refs, round_=4)
+    (stage / "other-id.txt").unlink()
+    (stage / "r-7.txt").write_text(head + "changed\n")
+    with pytest.raises(cache.CacheError, match="another text"):
+        cache.add(stage, refs, round_=4)
+    assert (tmp_path / "cache" / "r-7.log").read_text() == "text\n"
 
 
 def test_missing_cache_fails_naming_what_is_missing(tmp_path):
