@@ -48,6 +48,9 @@ def causes(text: str) -> tuple[str, ...]:
      "missing-cuda-libs"),
     ("RuntimeError: CUDA error: no kernel image is available for execution on the driver",
      "unsupported-compute-capability"),
+    ("Could not locate cudnn_ops_infer64_8.dll. Please make sure it is in your library path!", "missing-cuda-libs"),
+    ("W tensorflow/core/common_runtime/gpu/gpu_device.cc:1] Invalid GPU compute capability",
+     "unsupported-compute-capability"),
 ])
 def test_driver_container_and_library_messages(line, cause):
     assert causes(line)[:1] == (cause,)
@@ -73,6 +76,12 @@ def test_no_device_under_wsl2_is_the_driver():
     log = ("Could not load library /usr/lib/wsl/lib/libcuda.so.1\n"
            "E cuda_driver.cc:152] failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected")
     assert causes(log)[:1] == ("no-driver",)
+    # A Windows drive mounted at /mnt/c is WSL too; numba's wording of the same failure.
+    numba = ('  File "/mnt/c/Users/me/proj/.venv/lib/python3.12/site-packages/numba/cuda/cudadrv/driver.py", line 1\n'
+             "numba.cuda.cudadrv.error.CudaSupportError: Error at driver init: Call to cuInit results in "
+             "CUDA_ERROR_NO_DEVICE (100)")
+    verdict = verdict_from_log(read_log(numba))
+    assert verdict.cause_ids[:1] == ("no-driver",) and "numba" in " ".join(verdict.notes)
 
 
 WINDOWS_TF = """\

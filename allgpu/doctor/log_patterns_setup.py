@@ -34,6 +34,8 @@ SETUP_PATTERNS: tuple[Pattern, ...] = (
     _p("toolkit-requirement", r"requirement error: unsatisfied condition: cuda\s*>=\s*[\d.]+|"
        r"unsatisfied condition: driver\s*>=", "cuda-version-mismatch", 1.0,
        "the host driver does not support the container image's CUDA"),
+    _p("invalid-compute-capability", r"Invalid GPU compute capability", "unsupported-compute-capability", 0.8,
+       "TensorFlow could not use the GPU's compute capability", flags=I),
     _p("ngc-gpu-unsupported", r"WARNING: Detected NVIDIA .{2,40} GPU, which is not yet supported in this version of "
        r"the container", "unsupported-compute-capability", 0.8, "the container's CUDA predates this GPU"),
     _p("dso-version-mismatch", r"kernel version [\d.]+ does not match DSO version [\d.]+|"
@@ -66,6 +68,8 @@ SETUP_PATTERNS: tuple[Pattern, ...] = (
        "TensorFlow 1.x on Windows could not find a CUDA DLL on %PATH%", "library"),
     _p("tf0-couldnt-open", r"Couldn't open CUDA library (\S+?)(?:\. LD_LIBRARY_PATH|\s|$)", "missing-cuda-libs", 1.0,
        "TensorFlow 0.x/1.x could not open a CUDA library", "library"),
+    _p("could-not-locate-lib", r"Could not locate (\S+?\.(?:dll|so[\d.]*))(?:\W|$)", None, 0,
+       "cuDNN 8+ could not find one of its sub-libraries", "library"),
     _p("zlibwapi", r"Could not locate zlibwapi\.dll|zlibwapi\.dll.*not found", "missing-cuda-libs", 1.0,
        "cuDNN 8.3+ on Windows needs zlibwapi.dll on %PATH%"),
     _p("torch-win-dll", r"Error loading \"[^\"]*?\\?([\w.-]+\.dll)\" or one of its dependencies", None, 0,

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 _WINDOWS = re.compile(r"[A-Z]:\\\\?(?:Users|Program|Python|ProgramData|Anaconda|Miniconda|tools|tf_jenkins|a\\\\?_work)"
                       r"|\\site-packages\\|\bWinError\b|\.exe\b|\bwin(?:32|_amd64|-amd64)\b|native Windows|"
                       r"\bWindows (?:10|11|Server)|\bPS [A-Z]:\\|\bnvcuda\.dll\b|\b\w+64_\d+\.dll\b", re.I)
-_WSL = re.compile(r"/usr/lib/wsl/|microsoft-standard-WSL|\bWSL ?2?\b|\bwsl\b", re.I)
+# WSL2: its driver directory, kernel name, the Windows drives mounted at /mnt/c, the \\wsl$ share.
+_WSL = re.compile(r"/usr/lib/wsl/|microsoft-standard-WSL|\bWSL ?2?\b|\bwsl\b|(?:^|[\s\"'(])/mnt/[a-z]/|"
+                  r"\\\\wsl(?:\$|\.localhost)", re.I)
 _COLAB = re.compile(r"google\.colab|/content/|colab\.research\.google|Colab(?:oratory)?\b", re.I)
 _MACOS = re.compile(r"\bmacOS\b|\bDarwin\b|/Users/\w+/(?:opt|miniforge|Library)|\bApple M\d\b|\bmps\b", re.I)
 _FRAMEWORKS = (
@@ -26,6 +28,8 @@ _FRAMEWORKS = (
                               r"backend|tensorflow/(?:core|stream_executor|python)", re.I)),
     ("jax", re.compile(r"site-packages[/\\]jax(?:lib)?[/\\]|\b(?:import|from) jax\b|\bjax\.(?:devices|numpy)|"
                        r"\bjaxlib\b", re.I)),
+    ("numba", re.compile(r"site-packages[/\\]numba(?:_cuda)?[/\\]|\bimport numba\b|\bnumba\.cuda\b", re.I)),
+    ("cupy", re.compile(r"site-packages[/\\]cupy[/\\]|\bimport cupy\b|\bcupy\.cuda\b", re.I)),
     ("keras", re.compile(r"site-packages[/\\]keras[/\\]|\bimport keras\b|\bKERAS_BACKEND\b|Using \w+ backend", re.I)),
 )
 _TORCH_BUILD = re.compile(r"\b(?:torch|pytorch)\S*\s*[=:v ]{0,4}\d+\.\d+(?:\.\d+)?\+cu(\d{2,3})\b|"
