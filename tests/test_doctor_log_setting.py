@@ -49,6 +49,12 @@ def causes(text: str) -> tuple[str, ...]:
     ("RuntimeError: CUDA error: no kernel image is available for execution on the driver",
      "unsupported-compute-capability"),
     ("Could not locate cudnn_ops_infer64_8.dll. Please make sure it is in your library path!", "missing-cuda-libs"),
+    ("THCudaCheck FAIL file=/src/THC/THCTensorCopy.cu line=205 error=8 : invalid device function",
+     "unsupported-compute-capability"),
+    ("nvcc fatal   : Unsupported gpu architecture 'compute_86'", "unsupported-compute-capability"),
+    ("RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly", "dataloader-shm"),
+    ("RuntimeError: CUDA unknown error", "no-driver"),
+    ("Error in CuDNN: CUDNN_STATUS_NOT_INITIALIZED", "cuda-version-mismatch"),
     ("W tensorflow/core/common_runtime/gpu/gpu_device.cc:1] Invalid GPU compute capability",
      "unsupported-compute-capability"),
 ])

@@ -63,6 +63,15 @@ SETUP_PATTERNS: tuple[Pattern, ...] = (
        "no-driver", 0.6, "an OS call under CUDA failed (a container or VM without the device files)"),
     _p("devices-unavailable", r"CUDA-capable device\(s\) is/are busy or unavailable|cudaErrorDevicesUnavailable",
        "memory-held", 1.0, "another process holds the GPU (exclusive mode)", also=("no-driver",)),
+    # --- kernels built for another architecture, loader workers -------------------------------------------------
+    _p("invalid-device-function", r"invalid device function|cudaErrorInvalidDeviceFunction",
+       "unsupported-compute-capability", 0.8, "the kernels were built for another GPU architecture (nvcc -arch, "
+       "TORCH_CUDA_ARCH_LIST, a build made on another machine)", flags=I, also=("cuda-version-mismatch",)),
+    _p("nvcc-unsupported-arch", r"nvcc fatal\s*: Unsupported gpu architecture '(?:compute|sm)_\d+'",
+       "unsupported-compute-capability", 0.7, "the CUDA toolkit cannot build kernels for the architecture asked for",
+       also=("cuda-version-mismatch",)),
+    _p("loader-exited", r"DataLoader worker \(pid\(?s?\)? [\d, ]+\) exited unexpectedly", "dataloader-shm", 0.6,
+       "a DataLoader worker died without a message (in containers mostly /dev/shm too small)", flags=I),
     # --- CUDA libraries: TensorFlow 0.x/1.x, Windows, PyTorch, XLA spellings -----------------------------------------
     _p("tf1-could-not-find-dll", r"Could not find '((?:cu|nv|cudnn)\w*\.dll)'", "missing-cuda-libs", 1.0,
        "TensorFlow 1.x on Windows could not find a CUDA DLL on %PATH%", "library"),
