@@ -130,6 +130,8 @@ def guarded(mod, node: ast.AST, depth: int = 0) -> bool:
             if depth >= 3:
                 return False
             sites = mod.callers(anc) or handed_to(mod, anc)  # ``mp.spawn(worker, ...)`` runs it on every rank
+            if not sites and depth == 0 and _rank_aware_class(mod, anc):
+                return False  # a method of a class that tests the rank elsewhere, left unguarded here
             return all(guarded(mod, s, depth + 1) for s in sites)  # no call site here: cannot tell
         child = anc
     return False
@@ -159,3 +161,15 @@ def handed_to(mod, fn: ast.AST) -> list[ast.Call]:
                         index.setdefault(id(d), []).append(call)
         mod.__dict__["_handed_to"] = index
     return index.get(id(fn), [])
+
+
+def _rank_aware_class(mod, fn: ast.AST) -> bool:
+    """``fn`` is a method of a class that tests a rank somewhere (``if self.rank == 0:`` around another save):
+    the class knows it runs on several processes, so a method it never guards is not guarded by its callers."""
+    cls = mod.parent.get(id(fn))
+    if not isinstance(cls, ast.ClassDef):
+        return False
+    memo = mod.__dict__.setdefault("_rank_aware_class", {})
+    if id(cls) not in memo:
+        memo[id(cls)] = any(isinstance(n, (ast.If, ast.IfExp)) and rank_kinds(n.test, mod) for n in ast.walk(cls))
+    return memo[id(cls)]

@@ -42,6 +42,11 @@ _PREFIXES = (
 )
 
 
+# Names a ``from header import *`` brings by the libraries' own conventions (the header is not read).
+_STAR_CONVENTIONS = {"torch": "torch", "deepspeed": "deepspeed", "tf": "tensorflow", "tensorflow": "tensorflow",
+                     "dist": "torch.distributed", "nn": "torch.nn"}
+
+
 def normalise(name: str) -> str:
     """Map spellings of one API onto one name (``tensorflow.keras.X`` -> ``keras.X``)."""
     name_dot = name + "."
@@ -193,6 +198,8 @@ class Module:
                 # ``layers = tf.keras.layers``: one assignment of a name chain rooted in an import.
                 if vals and len(vals) == 1 and isinstance(vals[0], (ast.Attribute, ast.Name)):
                     result = self.qualname(vals[0], _depth + 1)
+                elif not vals and node.id in _STAR_CONVENTIONS and "*" in self.aliases:
+                    result = _STAR_CONVENTIONS[node.id]  # ``from header import *`` where header imports torch
         elif isinstance(node, ast.Attribute):
             base = self.qualname(node.value, _depth + 1)
             result = normalise(f"{base}.{node.attr}") if base else None

@@ -35,9 +35,9 @@ def tf_creation(ctx, call: ast.Call) -> str | None:
             return "model"
         if qn.startswith(_LIBRARY_MODELS) and (_cap(qn) or qn.endswith(".from_preset")):
             return "model"
-        if qn.startswith("keras.optimizers.") and "schedules" not in qn and _cap(qn):
-            return "optimizer"
-        if qn.startswith("keras.metrics.") and _cap(qn):
+        if qn.startswith(("keras.optimizers.", "tensorflow.optimizers.")) and "schedules" not in qn and _cap(qn):
+            return "optimizer"  # ``tf.optimizers`` is TensorFlow 2's alias of ``tf.keras.optimizers``
+        if qn.startswith(("keras.metrics.", "tensorflow.metrics.")) and _cap(qn):
             return "metric"
         if qn.startswith("keras.layers.") and _cap(qn):
             return "layer"
@@ -66,7 +66,7 @@ def training_uses(ctx) -> dict[str, list[ast.AST]]:
         recv = dotted(f.value)
         if recv and f.attr in ("fit", "fit_generator", "train_on_batch", "apply_gradients", "minimize"):
             out.setdefault(recv, []).append(call)
-        elif recv and f.attr == "update_state" and has_run:
+        elif recv and f.attr == "update_state" and has_run and _in_replica_step(ctx, call):
             out.setdefault(recv, []).append(call)
         elif f.attr == "compile" and dotted(kwarg(call, "optimizer")):
             out.setdefault(dotted(kwarg(call, "optimizer")), []).append(call)
@@ -77,6 +77,34 @@ def training_uses(ctx) -> dict[str, list[ast.AST]]:
                 out.setdefault(name, []).append(node)
     ctx.mod.__dict__["_tf_training_uses"] = out
     return out
+
+
+def _compiled_into(mod, call: ast.Call) -> str | None:
+    """``"model.compile"`` when ``call`` is written straight into ``model.compile(...)`` (the optimizer argument,
+    or a metric in its ``metrics=[...]``), else None."""
+    node = call
+    for anc in mod.ancestors(call):
+        if isinstance(anc, (ast.List, ast.Tuple, ast.keyword)):
+            node = anc
+            continue
+        if isinstance(anc, ast.Call) and isinstance(anc.func, ast.Attribute) and anc.func.attr == "compile":
+            recv = dotted(anc.func.value)
+            direct = (anc.args[:1] == [node]) or any(k.arg in ("optimizer", "metrics", "weighted_metrics")
+                                                   and k is node for k in anc.keywords)
+            return f"{recv}.compile" if recv and direct else None
+        return None
+    return None
+
+
+def _in_replica_step(ctx, call: ast.Call) -> bool:
+    """``call`` runs per replica: in a function given to strategy.run (or one it calls), or in a Keras
+    train_step/test_step. A metric updated in a plain loop on the coordinator is evaluation outside the strategy."""
+    fn = ctx.mod.enclosing_function(call)
+    while fn is not None:
+        if id(fn) in ctx.facts.run_targets or _keras_compiled_step(ctx.mod, fn):
+            return True
+        fn = ctx.mod.enclosing_function(fn)
+    return False
 
 
 _READERS = {"len", "print", "str", "repr", "list", "sum", "format", "enumerate", "zip", "sorted"}
@@ -122,9 +150,13 @@ def check_tf001(ctx) -> None:
             names = {n for n in stack_targets(stack) if used_after(ctx.mod, st, n, uses)}
         if names and st is not None and after_strategy_ends(ctx.mod, facts, st):
             return  # a later snippet that no longer uses the strategy
+        label = None
+        if not names and st is not None:  # ``model.compile(tf.keras.optimizers.SGD(), ...)`` outside the scope
+            label = _compiled_into(ctx.mod, call)
+            names = {label} if label and used_after(ctx.mod, st, label.rsplit(".", 1)[0], uses) else set()
         if names and undistributed_branch(facts, [call, *stack]):
             return  # the single-device branch of ``if multi_gpu: strategy = ... else: ...``
-        if names and not _baseline_before_strategy(ctx, stack):
+        if names and not _baseline_before_strategy(ctx, stack, label.rsplit(".", 1)[0] if label else None):
             site, where = call, ""
             owner = ctx.mod.owner(call) if ctx.mod.is_foreign(call) else None
             if owner is not None:  # built in another module of the project: report where it is called
@@ -133,7 +165,8 @@ def check_tf001(ctx) -> None:
                 if site is None:
                     return
                 where = f" [{getattr(getattr(owner, 'path', None), 'name', 'another module')}]"
-            ctx.emit("TF001", site, f"{kind} `{sorted(names)[0]}` created outside strategy.scope(): "
+            what = f"{kind} given to `{label}()`" if label else f"{kind} `{sorted(names)[0]}`"
+            ctx.emit("TF001", site, f"{what} created outside strategy.scope(): "
                                     f"its variables live on one device{call_site_note(stack)}{where}")
 
     walk_scopes(facts, on_call)
@@ -151,15 +184,18 @@ def _name_lines(mod) -> dict[str, list[tuple[int, bool]]]:
     return index
 
 
-def _baseline_before_strategy(ctx, stack: list) -> bool:
+def _baseline_before_strategy(ctx, stack: list, receiver: str | None = None) -> bool:
     """The object comes from a module-level assignment made before any strategy is constructed, and the name
     it is bound to is used only before that (until it is rebound): a deliberate single-device baseline, as bug
     reports and tutorials write to compare with the distributed run."""
     top = stack[0] if stack else None
-    if not isinstance(top, ast.Assign):
+    if isinstance(top, ast.Expr) and receiver:  # ``model.compile(optimizer=Adam())`` at module level
+        names = [receiver]
+    elif isinstance(top, ast.Assign):
+        names = [t.id for t in top.targets if isinstance(t, ast.Name)]
+    else:
         return False
     first = ctx.facts.first_strategy_line("tf")
-    names = [t.id for t in top.targets if isinstance(t, ast.Name)]
     if first is None or top.lineno >= first or not names:
         return False
     end = getattr(top, "end_lineno", top.lineno) or top.lineno

@@ -5,21 +5,10 @@ from __future__ import annotations
 import ast
 
 from allgpu.lint import tfdata
+from allgpu.lint.batch_values import applied_batch, const_int, loader_batch
 from allgpu.lint.astutil import in_test_case, star_kwarg
 from allgpu.lint.binding import after_strategy_ends, name_loads
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg
-
-
-def _const_int(mod, node: ast.expr | None) -> int | None:
-    """An int literal, or a name whose every assignment is the same int literal."""
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    if isinstance(node, ast.Name):
-        values = mod.values_of(node)
-        ints = {v.value for v in values if isinstance(v, ast.Constant) and type(v.value) is int}
-        if values and len(ints) == 1 and len(values) == sum(isinstance(v, ast.Constant) for v in values):
-            return ints.pop()
-    return None
 
 
 def _named_global(node: ast.expr | None) -> bool:
@@ -80,8 +69,10 @@ def check_tf007(ctx) -> None:
         f = call.func
         if not isinstance(f, ast.Attribute):
             continue
-        if f.attr in ("batch", "padded_batch") and call.args and tfdata.classify(mod, f.value) == "tfdata":
-            arg = call.args[0]
+        applied = applied_batch(mod, call) if f.attr == "apply" else None
+        if (f.attr in ("batch", "padded_batch") and call.args or applied is not None) \
+                and tfdata.classify(mod, f.value) == "tfdata":
+            arg = applied if applied is not None else call.args[0]
             if _per_replica_context(mod, call) or _evaluation_only(mod, call):
                 continue
             if trained and id(call) not in trained:
@@ -101,7 +92,24 @@ def check_tf007(ctx) -> None:
             if not _named_global(arg) and dotted(arg) not in _rescaled_names(mod) and not in_test_case(mod, node):
                 ctx.emit("TF007", node, f"batch size {size}{note} is fixed: with N replicas each GPU gets "
                                         f"{size}/N; scale it by strategy.num_replicas_in_sync")
+    _check_loaders(ctx)
     _check_tf007_in_other_modules(ctx)
+
+
+def _check_loaders(ctx) -> None:
+    """``train_ds = imagenet.load(split="train", batch_size=FLAGS.batch_size)`` given to fit: a library loader
+    batching training's pipeline by a constant."""
+    mod, seen = ctx.mod, set()
+    for expr in _training_inputs(ctx):
+        call = loader_batch(mod, expr)
+        if call is None or id(call) in seen or _bound_for_evaluation(mod, call) or in_test_case(mod, call):
+            continue
+        seen.add(id(call))
+        arg = kwarg(call, "batch_size")
+        size = const_int(mod, arg)
+        if size is not None and size > 0 and not _named_global(arg) and dotted(arg) not in _rescaled_names(mod):
+            ctx.emit("TF007", call, f"batch size {size} (given to {dotted(call.func) or 'a loader'}()) is fixed: with "
+                                    f"N replicas each GPU gets {size}/N; scale it by strategy.num_replicas_in_sync")
 
 
 def _trained_steps(ctx) -> set[int]:
@@ -181,7 +189,7 @@ def _fixed_batches(mod, call: ast.Call, arg: ast.expr | None):
     """``(size, node to report, note)`` for each constant batch ``arg`` can be: a literal or constant name (at
     its own call), or a parameter of the enclosing helper that its callers give a constant (at each such
     call: ``load_data(32)``), its default counting when a caller leaves it out."""
-    size = _const_int(mod, arg)
+    size = const_int(mod, arg)
     if size is not None:
         yield size, call, ""
         return
@@ -233,7 +241,7 @@ def _const_argument(mod, fn, caller: ast.Call, param: str) -> tuple[int | None, 
     if given is None and (any(k.arg is None for k in caller.keywords)
                           or any(isinstance(a, ast.Starred) for a in caller.args)):
         return None, None
-    return _const_int(mod, given if given is not None else defaults.get(param)), given
+    return const_int(mod, given if given is not None else defaults.get(param)), given
 
 
 _TRAIN_LOOP_FEATURES = frozenset({"tape", "apply", "run", "backward", "optstep", "fit"})

@@ -25,6 +25,9 @@ _NOT_WRAPPER = re.compile(r"setup|init|cleanup|destroy|^is_|^get_|rank|world")
 _WRAPPER_HELPER = re.compile(r"ddp|fsdp|data_parallel|dataparallel|distributed_model|wrap_model|parallelize|shard_model")
 
 
+_STARTERS = ("torch.distributed.init_process_group", "deepspeed.initialize", "deepspeed.init_distributed")
+
+
 class TorchFacts:
     """What kind of torch script this is."""
 
@@ -41,7 +44,7 @@ class TorchFacts:
         self.wrapped = self.wrapped or _wrapper_alias_called(mod)
         self.dist = self.dist or self.wrapped
         # the file starts the job itself (a training script, not a library that merely imports dist)
-        self.started = self.wrapped or any(qn == "torch.distributed.init_process_group" or (
+        self.started = self.wrapped or any(qn in _STARTERS or (
             qn and not qn.startswith("torch.") and INIT_HELPER.search(qn.rsplit(".", 1)[-1].lower()))
             for _, qn in mod.calls)  # ``utils.init_distributed_mode(args)`` starts it too
         # ``model = smart_DDP(model)``, ``make_data_parallel(model, ...)``: DDP through a project helper

@@ -1,0 +1,95 @@
+"""Where a batch size comes from, for TF007: a literal, a constant name, the default of a command-line option
+(``flags.DEFINE_integer("batch_size", 256, ...)`` read as ``FLAGS.batch_size``, ``parser.add_argument(
+"--batch-size", default=64)`` read as ``args.batch_size``), and the batching calls that are not ``.batch()``:
+``ds.apply(tf.data.experimental.dense_to_ragged_batch(n))`` and a library loader's ``batch_size=`` whose
+pipeline training consumes (``imagenet.load(split="train", batch_size=FLAGS.batch_size)``).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from allgpu.lint.resolve import const_str, dotted, kwarg
+
+_DEFINE_INT = ("absl.flags.DEFINE_integer", "tensorflow.flags.DEFINE_integer", "tensorflow.app.flags.DEFINE_integer",
+               "tensorflow.compat.v1.flags.DEFINE_integer", "flags.DEFINE_integer")
+
+
+def const_int(mod, node: ast.expr | None) -> int | None:
+    """An int literal, a name whose every assignment is the same int literal, or an option's int default."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.Name):
+        values = mod.values_of(node)
+        ints = {v.value for v in values if isinstance(v, ast.Constant) and type(v.value) is int}
+        if values and len(ints) == 1 and len(values) == sum(isinstance(v, ast.Constant) for v in values):
+            return ints.pop()
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return option_default(mod, node.attr)
+    return None
+
+
+def option_default(mod, name: str) -> int | None:
+    """The int default of the one command-line option called ``name`` (absl/tf flags or argparse), else None."""
+    cache = mod.__dict__.setdefault("_option_defaults", None)
+    if cache is None:
+        cache = mod.__dict__["_option_defaults"] = _options(mod)
+    found = cache.get(name, [])
+    return found[0] if len(found) == 1 else None
+
+
+def _options(mod) -> dict[str, list[int]]:
+    out: dict[str, list] = {}
+    for call, qn in mod.calls:
+        f = call.func
+        if qn in _DEFINE_INT or (isinstance(f, ast.Attribute) and f.attr == "DEFINE_integer"):
+            name = const_str(call.args[0]) if call.args else const_str(kwarg(call, "name"))
+            default = call.args[1] if len(call.args) > 1 else kwarg(call, "default")
+        elif isinstance(f, ast.Attribute) and f.attr == "add_argument":
+            flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            longs = [s for s in flags if s.startswith("--")] or flags
+            name = const_str(kwarg(call, "dest")) or (longs[0].lstrip("-").replace("-", "_") if longs else None)
+            default = kwarg(call, "default")
+        else:
+            continue
+        if name:
+            value = default.value if isinstance(default, ast.Constant) and type(default.value) is int else None
+            out.setdefault(name, []).append(value)
+    return {k: v for k, v in out.items() if None not in v}
+
+
+def applied_batch(mod, call: ast.Call) -> ast.expr | None:
+    """The size of ``ds.apply(tf.data.experimental.dense_to_ragged_batch(n))`` (any ``*batch*`` transformation
+    given to ``apply``), else None."""
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and f.attr == "apply" and call.args and isinstance(call.args[0], ast.Call)):
+        return None
+    inner = call.args[0]
+    name = (mod.qualname(inner.func) or dotted(inner.func) or "").rsplit(".", 1)[-1]
+    if "batch" not in name or "unbatch" in name or "rebatch" in name:
+        return None
+    return inner.args[0] if inner.args else kwarg(inner, "batch_size")
+
+
+def loader_batch(mod, expr: ast.expr | None, depth: int = 0) -> ast.Call | None:
+    """The call of a library loader that made ``expr`` (through names) with a ``batch_size=`` keyword: a pipeline
+    made elsewhere, batched by that argument. Local functions are followed by the .batch() rule instead."""
+    if expr is None or depth > 6:
+        return None
+    if isinstance(expr, ast.Name):  # ``ds = loader(...); ds = ds.map(augment)``: every binding leads to one loader
+        found = {id(c): c for c in (loader_batch(mod, v, depth + 1) for v in mod.values_of(expr)[:6]) if c}
+        return next(iter(found.values())) if len(found) == 1 else None
+    if not isinstance(expr, ast.Call):
+        return None
+    f = expr.func
+    if isinstance(f, ast.Attribute) and f.attr in _DATASET_STEPS:
+        return loader_batch(mod, f.value, depth + 1)
+    if kwarg(expr, "batch_size") is not None and not mod.local_functions(f):
+        qn = mod.qualname(f) or ""
+        if not qn.startswith(("tensorflow.", "keras.", "numpy.")):
+            return expr
+    return None
+
+
+_DATASET_STEPS = frozenset({"map", "shuffle", "prefetch", "repeat", "cache", "filter", "with_options", "take",
+                            "apply", "unbatch", "shard"})
