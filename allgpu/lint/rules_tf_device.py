@@ -11,6 +11,7 @@ import ast
 import re
 
 from allgpu.lint.flow import undistributed_branch
+from allgpu.lint.rank_guard import rankish
 from allgpu.lint.resolve import const_str, iter_body_nodes, kwarg
 
 _SINGLE_GPU = re.compile(r"^(/?job:[^/]+(/replica:\d+)?(/task:\d+)?)?/?(device:)?(gpu|cuda):\d+$")
@@ -94,11 +95,23 @@ def _narrow_list(mod, node: ast.expr) -> bool:
     return False
 
 
+def _one_per_loop(mod, device: ast.expr, call: ast.Call) -> bool:
+    """``for i in ids: set_visible_devices(gpus[int(i)], 'GPU')``: one device per call, in a loop meant to
+    list several (an index read from the rank, as Horovod does, is one GPU per process on purpose)."""
+    if not isinstance(device, ast.Subscript) or isinstance(device.slice, ast.Slice) or rankish(device.slice):
+        return False
+    for anc in mod.ancestors(call):
+        if isinstance(anc, (ast.For, ast.AsyncFor)):
+            return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+    return False
+
+
 def check_tf003_visible(ctx) -> None:
     """``tf.config.set_visible_devices`` with one GPU (CUDA_VISIBLE_DEVICES is in rules_env)."""
     mod = ctx.mod
-    if not multi_device_intent(ctx):
-        return
+    intent = multi_device_intent(ctx)
     for call, qn in mod.calls:
         if qn not in ("tensorflow.config.set_visible_devices", "tensorflow.config.experimental.set_visible_devices"):
             continue
@@ -108,6 +121,9 @@ def check_tf003_visible(ctx) -> None:
         dtype_s = const_str(dtype) if dtype is not None else "GPU"
         if dtype_s is None or dtype_s.upper() != "GPU":
             continue
-        if _narrow_list(mod, call.args[0]) and not undistributed_branch(ctx.facts, [call]):
+        if _one_per_loop(mod, call.args[0], call):
+            ctx.emit("TF003", call, "tf.config.set_visible_devices() called once per GPU in a loop: each call "
+                                    "replaces the last, so only the last GPU stays visible")
+        elif intent and _narrow_list(mod, call.args[0]) and not undistributed_branch(ctx.facts, [call]):
             ctx.emit("TF003", call, "tf.config.set_visible_devices() leaves one GPU visible: "
                                     "a strategy can only use that one")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from allgpu.lint import tfdata
 from allgpu.lint.batch_values import applied_batch, const_int, loader_batch
@@ -247,6 +248,10 @@ def _const_argument(mod, fn, caller: ast.Call, param: str) -> tuple[int | None, 
 _TRAIN_LOOP_FEATURES = frozenset({"tape", "apply", "run", "backward", "optstep", "fit"})
 
 
+_TRAIN_CALL = re.compile(r"(^|_)(train|fit)($|_)")
+_TRAIN_NAME = re.compile(r"train")
+
+
 def _training_inputs(ctx) -> list[ast.expr]:
     """The datasets training consumes: ``fit``'s first argument and what a training loop iterates."""
     mod, facts = ctx.mod, ctx.facts
@@ -257,6 +262,10 @@ def _training_inputs(ctx) -> list[ast.expr]:
             x = call.args[0] if call.args else kwarg(call, "x")
             if x is not None:
                 out.append(x)
+        elif _TRAIN_CALL.search((f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")).lower()):
+            # ``train(model, train_dataset=train_dataset)``: a project's or library's training function
+            out += [a for a in (*call.args, *(k.value for k in call.keywords))
+                    if isinstance(a, ast.Name) and _TRAIN_NAME.search(a.id.lower()) and not _evaluation_name(a.id)]
     for loop in mod.loops:
         if isinstance(loop, ast.While):
             continue

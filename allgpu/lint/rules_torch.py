@@ -25,6 +25,8 @@ _NOT_WRAPPER = re.compile(r"setup|init|cleanup|destroy|^is_|^get_|rank|world")
 _WRAPPER_HELPER = re.compile(r"ddp|fsdp|data_parallel|dataparallel|distributed_model|wrap_model|parallelize|shard_model")
 
 
+# torchdata's StatefulDataLoader takes DataLoader's arguments (and checkpoints its position)
+_LOADERS = ("torch.utils.data.DataLoader", "torchdata.stateful_dataloader.StatefulDataLoader")
 _STARTERS = ("torch.distributed.init_process_group", "deepspeed.initialize", "deepspeed.init_distributed")
 
 
@@ -65,7 +67,7 @@ def _wrapper_alias_called(mod) -> bool:
 
 
 def _loader_calls(mod):
-    return [(c, qn) for c, qn in mod.calls if qn == "torch.utils.data.DataLoader"]
+    return [(c, qn) for c, qn in mod.calls if qn in _LOADERS]
 
 
 def _last_name(func: ast.expr) -> str | None:

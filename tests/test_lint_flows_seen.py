@@ -1,0 +1,190 @@
+"""Issue 21: patterns found reading real scripts nobody here labelled (benchmarks/lint_corpus/spotcheck.tsv) and
+the tuning half of the author-fix corpus, each as a small written script and whether the rule must report it."""
+
+import pytest
+
+from tests.lint_helpers import ids
+
+TF = "import tensorflow as tf\n"
+PT = "import torch, torch.distributed as dist\nimport torch.multiprocessing as mp\n"
+
+MORE = [
+    # evaluate() is only ever called under ``if rank == 0:``, whose process owns GPU 0
+    ("pt002-function-called-on-rank-0-only", "PT002", False, PT + """
+def run(rank, n):
+    dist.init_process_group("nccl", rank=rank, world_size=n)
+    torch.cuda.set_device(rank)
+    net = torch.nn.parallel.DistributedDataParallel(Net().cuda(rank), device_ids=[rank])
+    if rank == 0:
+        evaluate(net, loader)
+def evaluate(net, loader):
+    for x in loader:
+        net(x.cuda(0))
+mp.spawn(run, nprocs=2, args=(2,))
+"""),
+    ("pt004-validation-sampler", "PT004", False, PT + """
+from torch.utils.data import DataLoader, DistributedSampler
+dist.init_process_group("nccl")
+model = torch.nn.parallel.DistributedDataParallel(Net())
+train_sampler = DistributedSampler(trainset)
+def validate(model, valset):
+    val_sampler = DistributedSampler(valset)
+    for x in DataLoader(valset, sampler=val_sampler):
+        model(x)
+for epoch in range(10):
+    train_sampler.set_epoch(epoch)
+    validate(model, valset)
+"""),
+    # a Trainer class that guards one save by rank and not the other
+    ("pt007-method-of-rank-aware-class", "PT007", True, PT + """
+class Trainer:
+    def __init__(self, net, rank):
+        self.rank = rank
+        self.net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[rank])
+    def save_network(self, path):
+        if self.rank == 0:
+            torch.save(self.net.module.state_dict(), path)
+    def save_training_state(self, path):
+        torch.save({"model": self.net.state_dict()}, path)
+"""),
+    # loaded models whose trainable_variables are only iterated to interpolate weights, then exported
+    ("tf001-weights-interpolated-not-trained", "TF001", False, TF + """
+strategy = tf.distribute.TPUStrategy(resolver)
+with strategy.scope():
+    gen = build()
+def interpolate(alpha, p1, p2):
+    a = tf.keras.models.load_model(p1)
+    b = tf.keras.models.load_model(p2)
+    for v1, v2 in zip(b.trainable_variables, a.trainable_variables):
+        v1.assign((1 - alpha) * v2 + alpha * v1)
+    return b
+interpolate(0.2, "p1", "p2").save("out")
+"""),
+    # an optimizer written straight into compile outside the scope (tensorflow/docs' own fix); tf.optimizers alias
+    ("tf001-optimizer-inline-in-compile", "TF001", True, TF + """
+strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+with strategy.scope():
+    model = tf.keras.models.Sequential([tf.keras.layers.Dense(10)])
+model.compile(tf.optimizers.SGD(), loss="mse")
+model.fit(dc, epochs=5, steps_per_epoch=20)
+"""),
+    # a metric updated in a plain loop on the coordinator is evaluation, not a replica step
+    ("tf001-metric-updated-on-coordinator", "TF001", False, TF + """
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    model = build()
+    optimizer = tf.keras.optimizers.SGD()
+@tf.function
+def step(x):
+    strategy.run(replica_fn, args=(x,))
+acc = tf.keras.metrics.Accuracy()
+for x, y in eval_dataset:
+    acc.update_state(y, model(x))
+"""),
+    # absl flag default, a library loader's batch_size= and dense_to_ragged_batch (keras-cv's own fixes)
+    ("tf007-flag-default-through-a-loader", "TF007", True, TF + """
+from absl import flags
+from keras_cv.datasets import imagenet
+flags.DEFINE_integer("batch_size", 256, "Batch size")
+FLAGS = flags.FLAGS
+strategy = tf.distribute.MirroredStrategy()
+train_ds = imagenet.load(split="train", batch_size=FLAGS.batch_size)
+train_ds = train_ds.map(augment, num_parallel_calls=tf.data.AUTOTUNE)
+with strategy.scope():
+    model = build()
+model.fit(train_ds, epochs=3)
+"""),
+    ("tf007-dense-to-ragged-batch", "TF007", True, TF + """
+strategy = tf.distribute.MirroredStrategy()
+BATCH_SIZE = 4
+train_ds = tf.data.TFRecordDataset(files).map(parse)
+train_ds = train_ds.apply(tf.data.experimental.dense_to_ragged_batch(BATCH_SIZE, drop_remainder=True))
+with strategy.scope():
+    model = build()
+model.fit(train_ds.prefetch(2))
+"""),
+    ("tf007-helper-call-bound-for-validation", "TF007", False, TF + """
+strategy = tf.distribute.MirroredStrategy()
+GLOBAL_BATCH_SIZE = 16 * strategy.num_replicas_in_sync
+def extract(d, batch_size=GLOBAL_BATCH_SIZE):
+    return tf.data.TFRecordDataset(d).batch(batch_size).prefetch(1)
+train_dataset = extract("train")
+val_dataset = extract("val", batch_size=1)
+with strategy.scope():
+    model = build()
+model.fit(train_dataset, validation_data=val_dataset)
+"""),
+    ("tf007-tf008-unit-test-module", "TF007", False, TF + """
+def make_ds():
+    return tf.data.Dataset.from_tensors(x).batch(1)
+class MultiDeviceTest(tf.test.TestCase):
+    def test_fit(self):
+        strategy = tf.distribute.MirroredStrategy()
+        with strategy.scope():
+            model = build()
+        model.fit(make_ds())
+"""),
+    # the prefetch is in the function that returns the pipeline; another function's `dataset` is not this one
+    ("tf008-name-bound-in-its-own-function", "TF008", False, TF + """
+def read_file(f):
+    dataset = tf.data.TFRecordDataset(f)
+    dataset = dataset.batch(32)
+    return dataset
+def input_fn(context=None):
+    dataset = tf.data.Dataset.from_tensor_slices(files).interleave(read_file)
+    dataset = dataset.batch(64)
+    dataset = dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset
+"""),
+    # ``from header import *`` (the header imports torch and deepspeed)
+    ("pt007-star-import-deepspeed", "PT007", True, """
+from header import *
+class Agent:
+    def __init__(self, model, args):
+        self.args = args
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, config_params=args["ds"])
+    def log(self, loss):
+        if self.args["local_rank"] == 0:
+            print(loss)
+    def save_model(self, path):
+        torch.save(self.engine.module.state_dict(), path)
+"""),
+    # a pipeline handed to the project's training function is what training consumes
+    ("tf008-pipeline-given-to-a-train-function", "TF008", True, TF + """
+from mylib import train
+def build_tf_dataset(gen):
+    train_dataset = tf.data.Dataset.from_generator(gen, output_signature=sig)
+    return train_dataset.with_options(options)
+train_dataset = build_tf_dataset(gen)
+train(model, train_dataset=train_dataset, epochs=3)
+"""),
+    # torchdata's StatefulDataLoader under (torchft's) DDP with the sampler built but never passed
+    ("pt003-stateful-dataloader", "PT003", True, PT + """
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchft import DistributedDataParallel, DistributedSampler
+sampler = DistributedSampler(trainset, num_replicas=1, rank=0)
+trainloader = StatefulDataLoader(trainset, batch_size=64, shuffle=True, num_workers=2)
+model = DistributedDataParallel(manager, Net())
+for x, y in trainloader:
+    model(x).sum().backward(); opt.step()
+"""),
+    # lczero-training's own fix: one set_visible_devices per listed GPU leaves only the last one
+    ("tf003-set-visible-once-per-gpu-in-a-loop", "TF003", True, TF + """
+gpus = tf.config.experimental.list_physical_devices("GPU")
+for i in cfg["gpu"].split(","):
+    tf.config.experimental.set_visible_devices(gpus[int(i)], "GPU")
+"""),
+    ("tf003-horovod-one-gpu-per-process", "TF003", False, TF + """
+import horovod.tensorflow as hvd
+hvd.init()
+gpus = tf.config.list_physical_devices("GPU")
+for gpu in gpus:
+    tf.config.experimental.set_memory_growth(gpu, True)
+    tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+"""),
+]
+
+
+@pytest.mark.parametrize("name,rule,reported,src", MORE, ids=[c[0] for c in MORE])
+def test_flow_seen_in_real_code(name, rule, reported, src):
+    assert (rule in ids(src)) is reported
