@@ -57,6 +57,11 @@ def causes(text: str) -> tuple[str, ...]:
     ("Error in CuDNN: CUDNN_STATUS_NOT_INITIALIZED", "cuda-version-mismatch"),
     ("W tensorflow/core/common_runtime/gpu/gpu_device.cc:1] Invalid GPU compute capability",
      "unsupported-compute-capability"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx(handle, opa, opb)`",
+     "cuda-version-mismatch"),
+    ("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: jaxlib/gpu/solver_handle_pool.cc:37: operation "
+     "gpusolverDnCreate(&handle) failed: cuSolver internal error", "cuda-version-mismatch"),
+    ("RuntimeError: cuFFT error: CUFFT_INTERNAL_ERROR", "cuda-version-mismatch"),
 ])
 def test_driver_container_and_library_messages(line, cause):
     assert causes(line)[:1] == (cause,)
@@ -172,3 +177,38 @@ def test_a_log_with_no_known_message_says_what_it_read_and_names_no_cause():
     notes = " ".join(verdict.notes)
     assert verdict.cause_ids == () and verdict.nothing_known
     assert "Frameworks in the log: pytorch" in notes and "Devices the log names: cuda:1" in notes
+
+
+SMI = """+---------------------------------------------------------------------------------------+
+| NVIDIA-SMI 535.104.05             Driver Version: 535.104.05   CUDA Version: 12.2     |
+|-----------------------------------------+----------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id        Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |         Memory-Usage | GPU-Util  Compute M. |
+|=========================================+======================+======================|
+|   0  NVIDIA A10G                    On  | 00000000:00:1E.0 Off |                    0 |
+|  0%   31C    P0              58W / 300W |  {used}MiB / 23028MiB |      {util}%      Default |
++-----------------------------------------+----------------------+----------------------+
+
++---------------------------------------------------------------------------------------+
+| Processes:                                                                            |
+|  GPU   GI   CI        PID   Type   Process name                            GPU Memory |
+|        ID   ID                                                             Usage      |
+|=======================================================================================|
+{procs}+---------------------------------------------------------------------------------------+
+"""
+
+
+def test_nvidia_smi_memory_held_with_no_process_listed_is_memory_held_then_an_idle_job():
+    nobody = SMI.format(used=20480, util=0, procs="|  No running processes found" + " " * 59 + "|\n")
+    assert causes(nobody) == ("memory-held", "input-bound")
+    empty = SMI.format(used=20480, util=0, procs="")
+    assert causes(empty) == ("memory-held", "input-bound")
+    assert "lists no process" in " ".join(verdict_from_log(read_log(nobody)).notes)
+    # The job is listed: memory held at 0% is only a weak sign of an idle job, no cause named.
+    row = "|    0   N/A  N/A     4242      C   python" + " " * 36 + "20470MiB |\n"
+    listed = SMI.format(used=20480, util=0, procs=row)
+    assert causes(listed) == ()
+    assert read_log(listed).facts.smi_processes == 1
+    # Busy, or hardly any memory held: nothing.
+    assert causes(SMI.format(used=20480, util=97, procs="")) == ()
+    assert causes(SMI.format(used=2, util=0, procs="")) == ()

@@ -27,6 +27,12 @@ _VERSION_RES = (
 _SMI_HEADER = re.compile(r"NVIDIA-SMI ([\d.]+)\s+Driver Version: ([\d.]+)(?:\s+CUDA Version: ([\d.]+))?")
 _SMI_NAME = re.compile(r"^\|\s+(\d+)\s+((?:NVIDIA|Tesla|GeForce|Quadro|TITAN|RTX|GRID)[^|]*?)\s{2,}")
 _SMI_MEM = re.compile(r"\|\s+(\d+)MiB\s*/\s*(\d+)MiB\s*\|\s*(\d+|N/A)\s*%?")
+_SMI_PROCESSES = re.compile(r"^\|\s+Processes:")
+_SMI_NO_PROCESSES = re.compile(r"No running processes found")
+# A Processes row: GPU, (GI, CI on newer drivers), PID, type, name, memory
+# ("|    0   N/A  N/A   1234   C   python   5369MiB |").
+_SMI_PROCESS_ROW = re.compile(r"^\|\s+\d+\s+(?:N/A\s+N/A\s+|\d+\s+\d+\s+)?(?:\d+|N/A)\s+[CGM+]+\s+\S.*?"
+                              r"(?:\d+\s*MiB|N/A)\s*\|")
 _GPU_NAME = re.compile(r"(?:name: |Found GPU\d+ |Device \d+: \"?)((?:NVIDIA |GeForce |Tesla |Quadro |TITAN |GRID )"
                        r"[\w .-]+?)(?= major:| which| computeCapability|\"|,|$)"
                        r"|((?:NVIDIA )?(?:GeForce |Tesla |Quadro |TITAN |RTX |A\d+)[\w .-]*?) with CUDA capability")
@@ -56,6 +62,8 @@ class LogFacts:
             supports, from the ``nvidia-smi`` header).
         gpus: GPU names the log shows, in order of appearance.
         smi: ``nvidia-smi`` rows.
+        smi_processes: processes ``nvidia-smi``'s Processes section lists (0 when it lists none), None when the log
+            has no such section.
         data_share: the last step-timing line's data wait over step time (0-1), or None.
         step_line: that line (1-based) and its text.
         rates: throughput figures as printed (``"512.3 images/sec"``), the last few.
@@ -64,6 +72,7 @@ class LogFacts:
     versions: dict[str, str] = field(default_factory=dict)
     gpus: list[str] = field(default_factory=list)
     smi: list[SmiRow] = field(default_factory=list)
+    smi_processes: int | None = None
     data_share: float | None = None
     step_line: tuple[int, str] | None = None
     rates: list[str] = field(default_factory=list)
@@ -115,9 +124,19 @@ def read_facts(lines: list[str]) -> LogFacts:
     """The facts of a log (its lines, without colour codes)."""
     facts = LogFacts()
     smi_index = [-1]
+    in_processes = False
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        if _SMI_PROCESSES.match(line.strip()):
+            in_processes, facts.smi_processes = True, facts.smi_processes or 0
+            continue
+        if in_processes:
+            if not line.strip().startswith(("|", "+")):
+                in_processes = False
+            elif _SMI_PROCESS_ROW.match(line.strip()) and not _SMI_NO_PROCESSES.search(line):
+                facts.smi_processes = (facts.smi_processes or 0) + 1
+                continue
         _versions(facts, line)
         _gpu_names(facts, line, smi_index)
         mem = _SMI_MEM.search(line)
@@ -140,6 +159,9 @@ def fact_notes(facts: LogFacts) -> list[str]:
         idle = " (memory held while idle)" if row in facts.idle_gpus() else ""
         notes.append(f"nvidia-smi: GPU {row.index} uses {row.used_mib} of {row.total_mib} MiB at {util} "
                      f"utilisation{idle}.")
+    if facts.smi_processes is not None:
+        notes.append("nvidia-smi's Processes section lists " + (f"{facts.smi_processes} process(es)."
+                                                                   if facts.smi_processes else "no process."))
     if facts.data_share is not None:
         notes.append(f"Step timing: {facts.data_share:.0%} of a step waits for data.")
     if facts.rates:

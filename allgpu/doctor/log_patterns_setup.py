@@ -91,6 +91,18 @@ SETUP_PATTERNS: tuple[Pattern, ...] = (
     _p("win-dll-load-failed", r"ImportError: DLL load failed(?: while importing _pywrap_tensorflow_internal)?",
        "missing-cuda-libs", 0.6, "Windows could not load a DLL the framework imports (CUDA/cuDNN or the MSVC "
        "runtime)", also=("cuda-version-mismatch",)),
+    # --- a CUDA math library that starts but fails inside: its handle, plan or first call -----------------------
+    # Settled in public threads mostly as the framework's CUDA libraries not matching the GPU or each other (a build
+    # without the GPU's architecture, pip-installed cuSOLVER/cuBLAS of another CUDA), else as memory the framework
+    # reserved up front leaving none for the library's workspace.
+    _p("cublas-execution-failed", r"CUBLAS_STATUS_(?:EXECUTION_FAILED|ARCH_MISMATCH|NOT_SUPPORTED|INTERNAL_ERROR)",
+       "cuda-version-mismatch", 0.7, "cuBLAS failed inside a call (its kernels do not match this GPU or CUDA)",
+       also=("unsupported-compute-capability", "memory-held")),
+    _p("math-lib-internal", r"(?:cusolverDnCreate|gpusolverDnCreate|cusparseCreate|gpusparseCreate|cufftPlan\w*|"
+       r"cufftMakePlan\w*)\b.*?(?:internal error|INTERNAL_ERROR|failed)|cuSolver internal error|"
+       r"CUSOLVER_STATUS_INTERNAL_ERROR|CUFFT_INTERNAL_ERROR", "cuda-version-mismatch", 0.7,
+       "a CUDA math library (cuSOLVER, cuSPARSE, cuFFT) could not create its handle or plan",
+       also=("memory-held",)),
     # --- no GPU available: what a user prints ---------------------------------------------------------------------
     _p("gpu-unavailable-flag", r"(?:cuda\.is_available|is_gpu_available)\(\)\)?\s*(?:[:=#>-]+\s*)?(False|True)?\s*$",
        None, 0, "the framework reports no usable GPU", "unavailable-flag"),

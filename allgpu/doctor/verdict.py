@@ -135,15 +135,23 @@ def _log_scores(log: LogReading) -> _Scores:
 
 def _figure_scores(log: LogReading, scores: _Scores) -> None:
     """Causes the log's figures show: step time mostly data wait (input-bound); memory held at 0% utilisation (an
-    idle GPU: weak, one nvidia-smi snapshot may fall between steps)."""
+    idle GPU: weak, one nvidia-smi snapshot may fall between steps), or memory held while nvidia-smi lists no process
+    (memory-held, with input-bound as the other candidate)."""
     facts = log.facts
     if facts.data_share is not None and facts.data_share >= INPUT_SHARE and facts.step_line:
         line, text = facts.step_line
         scores.add("input-bound", 1.0, "step-timing",
                    f"log line {line}: {text[:120]} ({facts.data_share:.0%} of the step waits for data)")
     for row in facts.idle_gpus():
-        scores.add("input-bound", 0.5, "smi-idle", f"nvidia-smi: GPU {row.index} holds {row.used_mib} MiB at 0% "
-                                                   "utilisation (the job has the GPU but does not compute)")
+        if facts.smi_processes == 0:
+            # Memory held while nvidia-smi lists no process: a process it cannot see (another container or VM, another
+            # user's, one that has not exited), or, inside a container, the job itself sitting idle.
+            scores.add("memory-held", 0.7, "smi-held-no-process",
+                       f"nvidia-smi: GPU {row.index} holds {row.used_mib} of {row.total_mib} MiB at 0% utilisation "
+                       "and lists no process using it", also=("input-bound",))
+        else:
+            scores.add("input-bound", 0.5, "smi-idle", f"nvidia-smi: GPU {row.index} holds {row.used_mib} MiB at 0% "
+                                                       "utilisation (the job has the GPU but does not compute)")
 
 
 def _findings(scores: _Scores, extra_notes: dict[str, str] | None = None) -> list[Problem]:
