@@ -182,6 +182,30 @@ for gpu in gpus:
     tf.config.experimental.set_memory_growth(gpu, True)
     tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
 """),
+    # a library module's train() that nothing in the file calls, making its own strategy (IsoNet's reviewed fix)
+    ("tf001-uncalled-function-with-its-own-strategy", "TF001", True, TF + """
+from tensorflow.keras.optimizers import Adam
+from tensorflow.keras.models import load_model
+def train_continue(model_file, lr=4e-4, n_gpus=2):
+    strategy = tf.distribute.MirroredStrategy()
+    if n_gpus > 1:
+        with strategy.scope():
+            model = load_model(model_file)
+    else:
+        model = load_model(model_file)
+    optimizer = Adam(learning_rate=lr)
+    model.compile(optimizer=optimizer, loss="mae")
+    model.fit(train_data, epochs=3)
+"""),
+    ("tf001-uncalled-builder-without-a-strategy", "TF001", False, TF + """
+def build(lr):
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+    optimizer = tf.keras.optimizers.Adam(lr)
+    model.compile(optimizer=optimizer, loss="mse")
+    return model
+def get_strategy():
+    return tf.distribute.MirroredStrategy()
+"""),
 ]
 
 

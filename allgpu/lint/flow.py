@@ -89,6 +89,14 @@ def _walk(facts: Facts, on_call: OnCall) -> None:
                         stmts(v.body, in_scope, stack)
 
     stmts(mod.tree.body, False, [])
+    # A function nothing in the file calls (a library module's ``train()``, run from elsewhere) that makes its own
+    # strategy: the scope it opens, or not, is all in its body, so it is walked as an entry point too.
+    entered = {key[0] for key in visited}
+    makers = {id(fn): fn for call, fw, _ in facts.strategy_calls if fw == "tf"
+              for fn in [mod.enclosing_function(call)] if fn is not None and not mod.is_foreign(call)}
+    for key, fn in makers.items():
+        if key not in entered and mod.enclosing_function(fn) is None:
+            enter(fn, False, [])
 
 
 def _given_strategy(facts: Facts, call: ast.Call) -> bool:
