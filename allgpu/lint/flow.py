@@ -89,14 +89,19 @@ def _walk(facts: Facts, on_call: OnCall) -> None:
                         stmts(v.body, in_scope, stack)
 
     stmts(mod.tree.body, False, [])
-    # A function nothing in the file calls (a library module's ``train()``, run from elsewhere) that makes its own
-    # strategy: the scope it opens, or not, is all in its body, so it is walked as an entry point too.
     entered = {key[0] for key in visited}
+    for fn in _uncalled_strategy_makers(facts, entered):
+        enter(fn, False, [])
+
+
+def _uncalled_strategy_makers(facts: Facts, entered: set[int]) -> list:
+    """Top-level functions nothing in the file reaches (a library module's ``train()``, run from elsewhere) that
+    make their own tf.distribute strategy: the scope they open, or not, is all in their body, so they are walked
+    as entry points too."""
+    mod = facts.mod
     makers = {id(fn): fn for call, fw, _ in facts.strategy_calls if fw == "tf"
               for fn in [mod.enclosing_function(call)] if fn is not None and not mod.is_foreign(call)}
-    for key, fn in makers.items():
-        if key not in entered and mod.enclosing_function(fn) is None:
-            enter(fn, False, [])
+    return [fn for key, fn in makers.items() if key not in entered and mod.enclosing_function(fn) is None]
 
 
 def _given_strategy(facts: Facts, call: ast.Call) -> bool:
