@@ -206,6 +206,22 @@ def build(lr):
 def get_strategy():
     return tf.distribute.MirroredStrategy()
 """),
+    # pytorch-accelerated's own fix: a trainer stepping every k micro-steps through its own methods, no no_sync
+    ("pt006-accelerate-trainer-methods", "PT006", True, """
+import torch
+from accelerate import Accelerator
+class Trainer:
+    def backward_step(self, loss):
+        self._accelerator.backward(loss)
+    def optimizer_step(self):
+        self.optimizer.step()
+    def _run_train_epoch(self, train_dl):
+        for step, batch in enumerate(train_dl):
+            loss = self.calculate_train_batch_loss(batch) / self.gradient_accumulation_steps
+            self.backward_step(loss)
+            if (step + 1) % self.gradient_accumulation_steps == 0:
+                self.optimizer_step()
+"""),
 ]
 
 

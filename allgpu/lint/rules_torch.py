@@ -14,7 +14,7 @@ from allgpu.lint.rank_guard import guarded, node_guarded, rankish
 from allgpu.lint.rules_torch_device import INIT_HELPER, check_pt002  # noqa: F401  (the checker finds PT002 here)
 from allgpu.lint.astutil import star_kwarg
 from allgpu.lint.torch_train import inference_only_loader
-from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg, literal_text
+from allgpu.lint.resolve import dotted, has_star_kwargs, kwarg, literal_text
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "fully_shard", "replicate")
 _SYNC_CALLS = ("all_reduce", "allreduce", "broadcast", "reduce_scatter", "broadcast_parameters",
@@ -234,31 +234,16 @@ def check_pt005(ctx) -> None:
                                     "steps while the GPUs wait")
 
 
-_ACCUM_NAME = re.compile(r"accum|update_freq|micro_?step|micro_?batch|iters_to_acc")
-_ACCUM_TEST = re.compile(r"accum|micro|update|sync")
+def _does(mod, facts, call: ast.Call, feature: str) -> bool:
+    """``call`` is ``loss.backward()`` (feature ``"backward"``) / ``optimizer.step()`` (``"optstep"``), or a call
+    of a local function that runs one (``self._backward(loss)``, ``self.optimizer_step()``)."""
+    if feature in facts.call_features(call):
+        return True
+    return any(feature in facts.summary(fn) for fn in mod.local_functions(call.func))
 
 
 def _does_backward(mod, facts, call: ast.Call) -> bool:
-    """``loss.backward()``, or a call to a local function that runs one (``self._backward(loss)``)."""
-    if "backward" in facts.call_features(call):
-        return True
-    return any("backward" in facts.summary(fn) for fn in mod.local_functions(call.func))
-
-
-def _under_accumulation_test(mod, node: ast.AST, loop: ast.AST) -> bool:
-    """Is ``node`` under an ``if`` (inside ``loop``) that counts micro-steps: ``(i + 1) % k == 0``,
-    ``ni - last_opt_step >= accumulate``? (``if use_amp: scaler.step(opt)`` is not one.)"""
-    for anc in mod.ancestors(node):
-        if anc is loop:
-            return False
-        if isinstance(anc, ast.If):
-            for n in ast.walk(anc.test):
-                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
-                    return True
-                name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
-                if name and _ACCUM_TEST.search(name.lower()):
-                    return True
-    return False
+    return _does(mod, facts, call, "backward")
 
 
 def check_pt006(ctx) -> None:
@@ -266,9 +251,11 @@ def check_pt006(ctx) -> None:
     if {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys():
         return
     backward = lambda c: _does_backward(mod, facts, c)  # noqa: E731
+    does = lambda c, feature: _does(mod, facts, c, feature)  # noqa: E731
     if mod.is_imported("accelerate"):  # Accelerate syncs every backward unless accelerator.accumulate(model)
         if "accumulate" not in mod.attrs:
-            for back in torch_train.micro_step_backwards(mod, facts, backward):
+            found = torch_train.micro_step_backwards(mod, facts, backward) or torch_train.stepped_every_k(ctx, does)[:1]
+            for back in found:
                 ctx.emit("PT006", back, "accumulating gradients over micro-steps under Accelerate without "
                                         "`with accelerator.accumulate(model):` (or no_sync): every micro-step all-reduces")
         return
@@ -280,18 +267,11 @@ def check_pt006(ctx) -> None:
             ctx.emit("PT006", call, "accumulating gradients through a scaler's update_grad flag on a DDP model "
                                     "without no_sync(): every micro-step all-reduces")
             return
-    if not wrapped or not any(_ACCUM_NAME.search(n.lower()) for n in mod.name_ids | mod.attrs.keys()):
+    if not wrapped:
         return
-    for loop in mod.loops:
-        body = list(iter_body_nodes(loop.body))
-        steps = [n for n in body if isinstance(n, ast.Call) and "optstep" in facts.call_features(n)
-                 and _under_accumulation_test(mod, n, loop)]
-        backs = [n for n in body if isinstance(n, ast.Call) and _does_backward(mod, facts, n)
-                 and not facts.under_if(n, loop)]
-        if steps and backs:
-            ctx.emit("PT006", backs[0], "accumulating gradients under DDP without model.no_sync(): "
-                                        "every micro-step all-reduces")
-            return
+    for back in torch_train.stepped_every_k(ctx, does)[:1]:
+        ctx.emit("PT006", back, "accumulating gradients under DDP without model.no_sync(): every micro-step all-reduces")
+        return
     for back in torch_train.micro_step_backwards(mod, facts, backward):
         ctx.emit("PT006", back, "accumulating gradients over micro-steps under DDP without model.no_sync(): "
                                 "every micro-step all-reduces")

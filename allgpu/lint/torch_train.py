@@ -229,3 +229,40 @@ def evaluation_sampler(mod, call: ast.Call) -> bool:
     names = [dotted(call.args[0]) if call.args else None, fn.name if fn is not None else None]
     names += [dotted(t) for t in st.targets] if isinstance(st, ast.Assign) else []
     return any(n and _EVAL.search(n.rsplit(".", 1)[-1]) for n in names)
+
+
+_ACCUM_TEST = re.compile(r"accum|micro|update|sync")
+
+
+def under_accumulation_test(mod, node: ast.AST, loop: ast.AST) -> bool:
+    """Is ``node`` under an ``if`` (inside ``loop``) that counts micro-steps: ``(i + 1) % k == 0``,
+    ``ni - last_opt_step >= accumulate``? (``if use_amp: scaler.step(opt)`` is not one.)"""
+    for anc in mod.ancestors(node):
+        if anc is loop:
+            return False
+        if isinstance(anc, ast.If):
+            for n in ast.walk(anc.test):
+                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
+                    return True
+                name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
+                if name and _ACCUM_TEST.search(name.lower()):
+                    return True
+    return False
+
+
+def stepped_every_k(ctx, does) -> list[ast.Call]:
+    """The unconditional backward of each loop that steps the optimizer only under a micro-step test
+    (``if (i + 1) % accum_steps == 0: optimizer.step()``), in a file that names an accumulation count."""
+    mod, facts = ctx.mod, ctx.facts
+    if not any(_ACCUM.search(n.lower()) for n in mod.name_ids | mod.attrs.keys()):
+        return []
+    out = []
+    for loop in mod.loops:
+        body = list(iter_body_nodes(loop.body))
+        steps = [n for n in body if isinstance(n, ast.Call) and does(n, "optstep")
+                 and under_accumulation_test(mod, n, loop)]
+        backs = [n for n in body if isinstance(n, ast.Call) and does(n, "backward")
+                 and not facts.under_if(n, loop)]
+        if steps and backs:
+            out.append(backs[0])
+    return out
