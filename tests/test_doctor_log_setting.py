@@ -212,3 +212,35 @@ def test_nvidia_smi_memory_held_with_no_process_listed_is_memory_held_then_an_id
     # Busy, or hardly any memory held: nothing.
     assert causes(SMI.format(used=20480, util=97, procs="")) == ()
     assert causes(SMI.format(used=2, util=0, procs="")) == ()
+
+
+def test_a_gpu_newer_than_the_build_has_no_kernels():
+    # TensorFlow 1.x is built with CUDA 10.0: nothing for an A100 (the note written in Chinese, as users paste it).
+    log = ("InternalError: Blas GEMM launch failed : a.shape=(64, 512), m=512, n=10, k=64\n"
+           "我的tensorflow-gpu=1.14.0，显卡是A100")
+    assert causes(log)[:2] == ("unsupported-compute-capability", "cuda-version-mismatch")
+    assert read_log(log).facts.versions["tensorflow"] == "1.14.0"
+    # PyTorch built for CUDA 12.1 on a Blackwell card; built for CUDA 12.8 it has kernels for it.
+    torch_log = ("torch 2.3.1+cu121\nGPU 0: NVIDIA GeForce RTX 5090\n"
+                 "RuntimeError: CUDA error: no kernel image is available for execution on the device")
+    assert causes(torch_log)[0] == "unsupported-compute-capability"
+    assert "needs CUDA 12.8 or later" in str(verdict_from_log(read_log(torch_log)).findings[0])
+    assert "needs CUDA" not in str(verdict_from_log(read_log(torch_log.replace("+cu121", "+cu128"))).findings)
+    # A run whose GPUs registered and that shows no failure: the card is not a cause.
+    ok = ("tensorflow 2.3.0\nI gpu_device.cc:1] Adding visible gpu devices: 0\n"
+          "I gpu_device.cc:1] Created TensorFlow device (/job:localhost/replica:0/task:0/device:GPU:0 with 22000 MB "
+          "memory) -> physical GPU (device: 0, name: GeForce RTX 3090, pci bus id: 0000:01:00.0)")
+    assert "unsupported-compute-capability" not in causes(ok)
+    # Short names are not read from other words.
+    assert read_log("loss A2 B4 cell L4 done").setting.gpu_arch is None
+
+
+def test_tf_blas_launch_failure_names_memory_first_then_the_gpu():
+    assert causes("tensorflow.python.framework.errors_impl.InternalError: Blas SGEMM launch failed : m=32, n=10, "
+                  "k=40") == ("memory-held", "unsupported-compute-capability", "cuda-version-mismatch")
+
+
+def test_jax_without_a_gpu_backend_is_a_cpu_build():
+    assert causes("RuntimeError: Unknown backend gpu")[0] == "cpu-build"
+    assert causes("RuntimeError: Unknown backend: 'gpu' requested, but no platforms that are instances of gpu are "
+                  "present. Platforms present are: cpu")[0] == "cpu-build"

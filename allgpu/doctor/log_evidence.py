@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from allgpu.doctor.log_setting import tf_build_cuda
 from allgpu.doctor.log_throughput import POOR_SCALING, scaling, stalls
 
 if TYPE_CHECKING:
@@ -100,6 +101,36 @@ def _driver_cuda(log: LogReading) -> list[Evidence]:
     return []
 
 
+def _build_cuda(log: LogReading) -> tuple[str, str] | None:
+    """The CUDA the framework in the log was built for, and where that comes from."""
+    setting = log.setting
+    if setting.torch_cuda and setting.torch_cuda != "cpu":
+        return setting.torch_cuda, f"PyTorch built for CUDA {setting.torch_cuda}"
+    if setting.tf_cuda:
+        return setting.tf_cuda, f"TensorFlow loads CUDA runtime {setting.tf_cuda}"
+    tf = _version(log.facts.versions.get("tensorflow"))
+    cuda = tf_build_cuda(tf)
+    if cuda and tf:
+        return cuda, f"TensorFlow {tf[0]}.{tf[1]} is built with CUDA {cuda}"
+    return None
+
+
+def _gpu_too_new(log: LogReading) -> list[Evidence]:
+    """A GPU newer than every architecture the build has kernels for (an A100 with TensorFlow 1.x, an RTX 5090 with
+    a PyTorch built for CUDA 12.1)."""
+    arch, build = log.setting.gpu_arch, _build_cuda(log)
+    if not arch or not build or (log.registered and not any(h.cause for h in log.hits)):
+        return []  # a run whose GPUs registered and that shows no failure is not explained by its GPU
+    have = _version(build[0] if "." in build[0] else build[0] + ".0")
+    name, first, printed = arch
+    too_old = have and (have < first if first >= (12, 8) else have[0] < first[0])
+    if not too_old:
+        return []
+    return [("unsupported-compute-capability", 0.9, "gpu-too-new", f"{printed} ({name}) needs CUDA "
+             f"{first[0]}.{first[1]} or later, but {build[1]}: the build has no kernels for it",
+             ("cuda-version-mismatch",))]
+
+
 def _wsl_no_device(log: LogReading) -> list[Evidence]:
     if log.setting.os != "wsl" or log.cvd is not None:
         return []
@@ -128,4 +159,5 @@ def _throughput(log: LogReading) -> list[Evidence]:
 
 def setting_evidence(log: LogReading) -> list[Evidence]:
     """Every cause the log's setting, throughput and "no GPU available" lines point at."""
-    return _unavailable(log) + _windows_tf(log) + _driver_cuda(log) + _wsl_no_device(log) + _throughput(log)
+    return (_unavailable(log) + _windows_tf(log) + _driver_cuda(log) + _gpu_too_new(log) + _wsl_no_device(log)
+            + _throughput(log))

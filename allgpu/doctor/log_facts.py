@@ -18,11 +18,15 @@ INPUT_SHARE = 0.5
 # Memory held (MiB) past which a GPU at 0% utilisation is a job's idle GPU rather than an empty one.
 IDLE_HELD_MIB = 1024
 
+# Names are delimited by ASCII only: in text written in Chinese or Japanese the character before a name is a word
+# character to ``\b`` ("我的tensorflow-gpu=1.13.1").
 _VERSION_RES = (
-    ("tensorflow", re.compile(r"\b(?:tensorflow(?:[-_]gpu)?|tensor ?flow)(?: version)?\s*[:=]{0,2}\s*v?"
+    ("tensorflow", re.compile(r"(?<![A-Za-z0-9_])(?:tensorflow(?:[-_]gpu)?|tensor ?flow)(?: version)?\s*[:=]{0,2}\s*v?"
                               r"(\d+\.\d+(?:\.\d+)?(?:-?rc\d+)?)\b", re.I)),
-    ("torch", re.compile(r"\b(?:pytorch|torch)(?: version)?\s*[:=]{0,2}\s*v?(\d+\.\d+(?:\.\d+)?(?:\+\w+)?)", re.I)),
-    ("jax", re.compile(r"\bjax(?:lib)?(?: version)?\s*[:=]{0,2}\s*v?(\d+\.\d+\.\d+(?:\+[\w.]+)?)", re.I)),
+    ("torch", re.compile(r"(?<![A-Za-z0-9_])(?:pytorch|torch)(?: version)?\s*[:=]{0,2}\s*v?"
+                         r"(\d+\.\d+(?:\.\d+)?(?:\+\w+)?)", re.I)),
+    ("jax", re.compile(r"(?<![A-Za-z0-9_])jax(?:lib)?(?: version)?\s*[:=]{0,2}\s*v?"
+                       r"(\d+\.\d+\.\d+(?:\+[\w.]+)?)", re.I)),
 )
 _SMI_HEADER = re.compile(r"NVIDIA-SMI ([\d.]+)\s+Driver Version: ([\d.]+)(?:\s+CUDA Version: ([\d.]+))?")
 _SMI_NAME = re.compile(r"^\|\s+(\d+)\s+((?:NVIDIA|Tesla|GeForce|Quadro|TITAN|RTX|GRID)[^|]*?)\s{2,}")

@@ -103,6 +103,17 @@ SETUP_PATTERNS: tuple[Pattern, ...] = (
        r"CUSOLVER_STATUS_INTERNAL_ERROR|CUFFT_INTERNAL_ERROR", "cuda-version-mismatch", 0.7,
        "a CUDA math library (cuSOLVER, cuSPARSE, cuFFT) could not create its handle or plan",
        also=("memory-held",)),
+    # TensorFlow's cuBLAS call failing: settled mostly as memory another process or TensorFlow's own up-front
+    # reservation took, else as a GPU the build has no kernels for (Ampere with TensorFlow 1.x).
+    _p("tf-blas-launch", r"Blas (?:x|S|D|H|C|Z)?GE(?:MM|MV)(?: launch failed|Batched launch failed)|"
+       r"Blas (?:xGEMM|SGEMM|GEMM)\w* launch failed", "memory-held", 0.7,
+       "TensorFlow's cuBLAS call failed to launch (no memory left for cuBLAS, or no kernels for this GPU)",
+       also=("unsupported-compute-capability", "cuda-version-mismatch")),
+    # JAX asked for the GPU backend that a CPU-only jaxlib does not have.
+    _p("jax-unknown-backend", r"Unknown backend:? '?(?:gpu|cuda)'?|Backend '(?:gpu|cuda)' (?:is not in the list|"
+       r"requested, but no platforms)|no platforms that are instances of (?:gpu|cuda) are present", "cpu-build", 0.8,
+       "JAX has no GPU backend (a CPU-only jaxlib, or its CUDA plugin did not load)",
+       also=("missing-cuda-libs", "no-driver")),
     # --- no GPU available: what a user prints ---------------------------------------------------------------------
     _p("gpu-unavailable-flag", r"(?:cuda\.is_available|is_gpu_available)\(\)\)?\s*(?:[:=#>-]+\s*)?(False|True)?\s*$",
        None, 0, "the framework reports no usable GPU", "unavailable-flag"),

@@ -38,6 +38,22 @@ _TORCH_CPU = re.compile(r"\b\d+\.\d+(?:\.\d+)?\+cpu\b|CUDA used to build PyTorch
                         r"\bcpuonly\b", re.I)
 _TF_RUNTIME = re.compile(r"(?:libcudart\.so\.|cudart64_)(\d+)(?:\.(\d+))?")
 _DEVICE = re.compile(r"\b(cuda:\d+|/?(?:device:)?GPU:\d+)\b", re.I)
+# GPUs by architecture, with the first CUDA release that has kernels for it (Ampere 11.0, Ada and Hopper 11.8,
+# Blackwell 12.8; builds of CUDA 11.x run Ada and Hopper through PTX, so only the major is compared for those). Short
+# names (A2, A10, L4 ...) only with a vendor prefix or a model suffix, so that they are not read from other text.
+_NAME_START, _NAME_END = r"(?<![A-Za-z0-9_])", r"(?![A-Za-z0-9_])"
+_GPU_ARCH = (
+    ("Ampere", (11, 0), re.compile(_NAME_START + r"(?:A100|A800|RTX ?30[5-9]0(?: ?Ti)?|RTX A[2-6]000)" + _NAME_END
+                                   + r"|(?:NVIDIA|Tesla) (?:A2|A10G?|A16|A30|A40)\b|\bA(?:10G?|30|40)-(?:PCIE|SXM|"
+                                   r"\d+GB)", re.I)),
+    ("Ada/Hopper", (11, 8), re.compile(_NAME_START + r"(?:H100|H800|H200|GH200|RTX ?40[5-9]0(?: ?Ti| SUPER)?)"
+                                       + _NAME_END + r"|NVIDIA (?:L4|L40S?)\b", re.I)),
+    ("Blackwell", (12, 8), re.compile(_NAME_START + r"(?:B100|B200|GB200|RTX ?50[5-9]0(?: ?Ti)?)" + _NAME_END
+                                      + r"|RTX PRO 6000 Blackwell", re.I)),
+)
+# The CUDA each TensorFlow release was built with (tensorflow.org's tested build configurations).
+_TF_BUILD_CUDA = ((1, 5, "9.0"), (1, 13, "10.0"), (2, 1, "10.1"), (2, 4, "11.0"), (2, 5, "11.2"), (2, 12, "11.8"),
+                  (2, 15, "12.2"), (2, 16, "12.3"))
 
 
 def cuda_from_tag(tag: str) -> str:
@@ -55,6 +71,8 @@ class Setting:
         torch_cuda: CUDA version PyTorch was built for (``"12.1"``), ``"cpu"`` for a CPU build, None if unknown.
         tf_cuda: CUDA runtime version TensorFlow tried or opened (``"11.0"``), None if unknown.
         devices: device names the log mentions (``cuda:1``, ``GPU:0``), in order.
+        gpu_arch: ``(architecture, first CUDA with kernels for it, the name as printed)`` of the newest GPU the log
+            names (Ampere or later), or None.
     """
 
     os: str | None = None
@@ -62,6 +80,16 @@ class Setting:
     torch_cuda: str | None = None
     tf_cuda: str | None = None
     devices: list[str] = field(default_factory=list)
+    gpu_arch: tuple[str, tuple[int, int], str] | None = None
+
+
+def tf_build_cuda(version: tuple[int, int] | None) -> str | None:
+    """The CUDA a TensorFlow release (major, minor) was built with, None before 1.5 or when unknown."""
+    found = None
+    for major, minor, cuda in _TF_BUILD_CUDA:
+        if version and version >= (major, minor):
+            found = cuda
+    return found
 
 
 def _os(text: str) -> str | None:
@@ -97,6 +125,11 @@ def read_setting(lines: list[str]) -> Setting:
         name = m.group(1).lstrip("/")
         if name not in setting.devices:
             setting.devices.append(name)
+    for arch, first_cuda, regex in reversed(_GPU_ARCH):
+        m = regex.search(text)
+        if m:
+            setting.gpu_arch = (arch, first_cuda, m.group(0))
+            break
     return setting
 
 
