@@ -22,7 +22,9 @@ _R = [
          "built outside it lives on one device, and training runs there: the other GPUs stay idle (or Keras\n"
          "raises a 'created outside the scope' error later). Reported only when that very object is then\n"
          "trained (fit, train_on_batch, apply_gradients, its trainable_variables, a step given to strategy.run,\n"
-         "through helpers that return it and across the project's files): a model built outside the scope for\n"
+         "an optimizer or metric written into `model.compile(...)`, through helpers that return it, across the\n"
+         "project's files, and in a library's uncalled `train()` that makes its own strategy): a model built\n"
+         "outside the scope for "
          "single-device evaluation, export, a summary, on the single-device branch of `if multi_gpu: strategy =\n"
          "... else:`, by a function handed to a library with the strategy (`kt.Hyperband(build_model,\n"
          "distribution_strategy=strategy)`), or rebuilt under the scope before training is not reported.\n"
@@ -40,7 +42,8 @@ _R = [
     Rule("TF003", "error", "visible-devices-narrowed",
          "only one GPU made visible in code (CUDA_VISIBLE_DEVICES / tf.config.set_visible_devices)",
          "Setting CUDA_VISIBLE_DEVICES to a single id, or `tf.config.set_visible_devices(gpus[0], 'GPU')`,\n"
-         "hides every other GPU from the process: a MirroredStrategy then has one replica.\n"
+         "hides every other GPU from the process: a MirroredStrategy then has one replica. So does calling\n"
+         "set_visible_devices once per GPU in a loop (each call replaces the last).\n"
          "Fix: delete the line and choose devices when launching (`CUDA_VISIBLE_DEVICES=0,1 python train.py`),\n"
          "or list several: `MirroredStrategy(devices=['/gpu:0', '/gpu:1'])`. '-1' (hide all) is not flagged, nor\n"
          "a script with no multi-device intent (no multi-device strategy, multi_gpu_model or num_gpus setting)."),
@@ -70,7 +73,9 @@ _R = [
          "batch size is a constant: not scaled by strategy.num_replicas_in_sync",
          "With N replicas the batch given to the dataset or to fit() is the *global* batch: each GPU gets B/N.\n"
          "A constant tuned for one GPU leaves every GPU underfed (and changes the optimisation). Followed into\n"
-         "helpers (`load_data(32)` that batches by its argument) and `fit(**kwargs)` dicts; a pipeline that is\n"
+         "helpers (`load_data(32)` that batches by its argument), `fit(**kwargs)` dicts, command-line defaults\n"
+         "(`FLAGS.batch_size`, `args.batch_size`), `ds.apply(dense_to_ragged_batch(n))` and a library loader's\n"
+         "`batch_size=` feeding fit; unit-test modules are left alone; a pipeline that is\n"
          "only evaluated on (evaluate, predict, validation_data) is not reported, nor, when the pipelines\n"
          "training consumes are known, a batch outside them (a vocabulary, a metric's candidates).\n"
          "Fix:\n    BATCH_PER_REPLICA = 64\n"
@@ -146,14 +151,16 @@ _R = [
          "all-reduces instead of one. Also found when backward() runs inside a loss-scaler wrapper that steps\n"
          "on a flag (`loss_scaler(loss, opt, update_grad=(i + 1) % k == 0)`, the timm/MAE/Swin convention), and\n"
          "for a micro-step loop (`for _ in range(grad_accum_every): ... backward()`, the step after it) under\n"
-         "DDP or Accelerate (there: without `with accelerator.accumulate(model):`).\n"
+         "DDP or Accelerate (there: without `with accelerator.accumulate(model):`), also when the optimizer\n"
+         "steps every k micro-steps through a trainer's own methods.\n"
          "Fix:\n    ctx = model.no_sync() if (i + 1) % k else contextlib.nullcontext()\n"
          "    with ctx:\n        loss.backward()"),
     Rule("PT007", "warning", "save-on-every-rank",
          "torch.save not guarded by a rank check: every rank writes the same file",
          "Every process runs the same script; unguarded, N processes write one checkpoint path at once and\n"
          "can leave it corrupt. A function handed to `mp.spawn` runs on every rank; the `else:` of\n"
-         "`if rank == 0:` is every other rank. A per-node guard (`local_rank == 0`, `rank % ngpus_per_node == 0`) is not\n"
+         "`if rank == 0:` is every other rank; a method of a class that tests the rank elsewhere, left\n"
+         "unguarded, is reported. A per-node guard (`local_rank == 0`, `rank % ngpus_per_node == 0`) is not\n"
          "enough: on several machines one process per node writes the same path on a shared filesystem.\n"
          "Fix:\n    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), path)"),
     Rule("PT008", "info", "batchnorm-not-synced",
