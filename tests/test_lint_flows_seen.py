@@ -222,6 +222,22 @@ class Trainer:
             if (step + 1) % self.gradient_accumulation_steps == 0:
                 self.optimizer_step()
 """),
+    # a parameter its docstring declares a tf.data.Dataset (imitation-learning's fix: num_parallel_calls)
+    ("tf009-parameter-documented-as-a-dataset", "TF009", True, TF + '''
+class Preprocessor:
+    def preprocess(self, dataset, mode):
+        """Applies transformation to dataset
+
+        Args:
+            dataset: a tf.data.Dataset
+        """
+        dataset = dataset.map(self.read_fn)
+        return dataset
+'''),
+    ("tf009-undocumented-parameter", "TF009", False, TF + """
+def preprocess(dataset):
+    return dataset.map(tokenize)
+"""),
 ]
 
 

@@ -66,10 +66,27 @@ def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
         return classify(mod, expr.value, depth + 1)
     if isinstance(expr, (ast.Name, ast.Attribute)):
         values = [_unpacked_from(mod, expr, v) or v for v in mod.values_of(expr)[:8]]
-        if not values:
-            return None
-        return _merge({classify(mod, v, depth + 1) for v in values if v is not expr})
+        found = _merge({classify(mod, v, depth + 1) for v in values if v is not expr}) if values else None
+        if found is None and isinstance(expr, ast.Name) and _declared_dataset(mod, expr):
+            return "tfdata"
+        return found
     return None
+
+
+def _declared_dataset(mod: Module, name: ast.Name) -> bool:
+    """``name`` is a parameter its function declares a tf.data.Dataset: annotated ``tf.data.Dataset`` or
+    described so in the docstring (``dataset: a tf.data.Dataset``)."""
+    fn = mod.enclosing_function(name)
+    if fn is None:
+        return False
+    args = fn.args
+    arg = next((a for a in (*args.posonlyargs, *args.args, *args.kwonlyargs) if a.arg == name.id), None)
+    if arg is None:
+        return False
+    if arg.annotation is not None and (mod.qualname(arg.annotation) or "").startswith("tensorflow.data.Dataset"):
+        return True
+    doc = ast.get_docstring(fn) or ""
+    return any(line.strip().startswith(name.id) and "tf.data.Dataset" in line for line in doc.splitlines())
 
 
 def _returned(mod: Module, call: ast.Call, index: int | None = None) -> list[ast.expr]:
