@@ -218,17 +218,22 @@ def sampler_delegated(mod) -> bool:
     return False
 
 
-_EVAL = re.compile(r"(?i)val|test|eval|infer|predict")
+_EVAL_WORD = re.compile(r"(?i)^(val|valid|validation|validate|test|testing|eval|evaluate|evaluation|dev|infer|inference|"
+                        r"predict|valset|testset|evalset|val\d*)$")
 
 
 def evaluation_sampler(mod, call: ast.Call) -> bool:
     """A sampler over a validation set (``DistributedSampler(valset)``, ``val_sampler = ...``, in ``validate()``):
-    the order of evaluation does not matter, so no set_epoch is needed."""
+    the order of evaluation does not matter, so no set_epoch is needed. Names are read word by word
+    (``val_loader``, ``test_set``; not ``interval`` nor ``train_and_evaluate``'s training sampler)."""
     st = next((a for a in mod.ancestors(call) if isinstance(a, ast.stmt)), None)
     fn = mod.enclosing_function(call)
-    names = [dotted(call.args[0]) if call.args else None, fn.name if fn is not None else None]
+    names = [dotted(call.args[0]) if call.args else None]
     names += [dotted(t) for t in st.targets] if isinstance(st, ast.Assign) else []
-    return any(n and _EVAL.search(n.rsplit(".", 1)[-1]) for n in names)
+    words = [w for n in names if n for w in n.rsplit(".", 1)[-1].split("_")]
+    if fn is not None and _EVAL_WORD.match(fn.name.lstrip("_").split("_")[0]):
+        return True  # ``validate()``, ``evaluate_model()``, ``test_epoch()``
+    return any(_EVAL_WORD.match(w) for w in words)
 
 
 _ACCUM_TEST = re.compile(r"accum|micro|update|sync")
