@@ -238,6 +238,32 @@ class Preprocessor:
 def preprocess(dataset):
     return dataset.map(tokenize)
 """),
+    # an Accelerate script runs on every process `accelerate launch` starts
+    ("pt007-accelerate-unguarded-save", "PT007", True, """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator()
+model, opt, dl = accelerator.prepare(model, opt, dl)
+train(model, dl)
+torch.save(accelerator.unwrap_model(model).state_dict(), "m.pt")
+"""),
+    ("pt007-accelerate-main-process-save", "PT007", False, """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator()
+model, opt, dl = accelerator.prepare(model, opt, dl)
+train(model, dl)
+if accelerator.is_main_process:
+    torch.save(accelerator.unwrap_model(model).state_dict(), "m.pt")
+"""),
+    # transformers' Trainer copies: args.should_save is the main-process test
+    ("pt007-trainer-should-save", "PT007", False, PT + """
+dist.init_process_group("nccl")
+class MyTrainer:
+    def _save_checkpoint(self, output_dir):
+        if self.args.should_save:
+            torch.save(self.optimizer.state_dict(), output_dir + "/optimizer.pt")
+"""),
 ]
 
 

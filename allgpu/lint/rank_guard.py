@@ -14,7 +14,8 @@ import re
 
 from allgpu.lint.resolve import dotted
 
-RANKISH = re.compile(r"rank|master|main_process|is_main|chief|primary|is_root|gpu_id|process_index|global_zero")
+RANKISH = re.compile(r"rank|master|main_process|is_main|chief|primary|is_root|gpu_id|process_index|global_zero|"
+                     r"process_zero|should_save")  # transformers' Trainer: is_world_process_zero(), args.should_save
 _PER_NODE = re.compile(r"local_rank|localrank|local_process|local_main|local_primary|is_local_")
 
 

@@ -278,7 +278,8 @@ def check_pt006(ctx) -> None:
 
 
 def check_pt007(ctx) -> None:
-    if not ctx.torch.started:
+    # an Accelerate script runs on every process ``accelerate launch`` starts (guard: accelerator.is_main_process)
+    if not (ctx.torch.started or any(qn == "accelerate.Accelerator" for _, qn in ctx.mod.calls)):
         return
     for call, qn in ctx.mod.calls:
         if qn != "torch.save" or (len(call.args) > 1 and rankish(call.args[1])):
