@@ -191,3 +191,15 @@ def test_docs_lint_has_a_section_with_the_fix_for_every_rule():
     for rid, body in by_id.items():
         assert "**Fix:**" in body, rid
         assert RULES[rid].fix, rid
+
+
+def test_notebook_shell_continuations_leading_indent_and_automagic_run_in_ipython():
+    """What IPython runs is not a syntax error (found on Vertex AI, Qwen and handson-ml notebooks): a ``!cmd \\``
+    shell command's continuation lines, a cell whose first line is indented (IPython strips that indentation),
+    and automagic lines (``pip install x``, ``cd data``). A real error in another cell is still E999."""
+    nb = notebook(("code", "!pip install a \\\n    google-cloud-storage \\\n    torch\nimport torch.nn as nn"),
+                  ("code", " params = {\n    'batch_size': 32,\n }\nmodel = nn.DataParallel(model)"),
+                  ("code", "pip install diffusers\ncd data\nls = [1]\ntime = 5"),
+                  ("code", "class Runner:\u00df\n    pass"))
+    found = check_source(nb, "nb.ipynb")
+    assert [(f.rule_id, f.cell, f.line) for f in found] == [("PT001", 2, 4), ("E999", 4, 2)]

@@ -17,6 +17,11 @@ from allgpu.errors import NotebookError  # re-exported: its home was here
 _PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun", "%%debug")
 
 
+# Line magics IPython runs without their ``%`` (automagic): ``pip install x``, ``cd data``, ``ls -l``.
+_AUTOMAGIC = frozenset({"pip", "conda", "cd", "ls", "pwd", "mkdir", "rmdir", "cat", "cp", "mv", "rm", "env",
+                        "load_ext", "matplotlib", "pylab", "mamba"})
+
+
 @dataclass
 class NotebookSource:
     """The Python text of a notebook and where each of its lines came from.
@@ -37,6 +42,9 @@ def _clean(line: str) -> str:
     stripped = line.lstrip()
     indent = line[: len(line) - len(stripped)]
     if stripped.startswith(("%", "!", "?")) or stripped.rstrip().endswith("?") and not stripped.startswith("#"):
+        return f"{indent}pass"
+    word, _, rest = stripped.partition(" ")
+    if word in _AUTOMAGIC and rest and rest[0] not in "=([.,:+-*/%<>!":  # ``pip install x``, ``cd data``
         return f"{indent}pass"
     if "= !" in stripped or "= %" in stripped:  # ``files = !ls``, ``t = %timeit -o f()``
         return f"{indent}pass"
@@ -63,18 +71,31 @@ def _depth_after(line: str, depth: int) -> int:
 
 def cell_lines(source) -> list[str]:
     text = "".join(source) if isinstance(source, list) else str(source or "")
-    lines = text.splitlines()
+    lines = _leading_indent_removed(text.splitlines())
     if lines and lines[0].lstrip().startswith("%%"):
         if not lines[0].lstrip().startswith(_PYTHON_CELL_MAGICS):
             return []
         lines = [""] + lines[1:]
-    out, depth, continued = [], 0, False
+    out, depth, continued, shell = [], 0, False, False
     for ln in lines:
-        # inside an open bracket or after a backslash, ``%(a, b)`` is string formatting, not a magic
-        out.append(ln if depth or continued else _clean(ln))
-        depth = _depth_after(ln, depth)
+        if continued and shell:  # ``!pip install a \`` goes on: the shell command's next line
+            out.append("")
+        else:
+            # inside an open bracket or after a backslash, ``%(a, b)`` is string formatting, not a magic
+            out.append(ln if depth or continued else _clean(ln))
+            shell = out[-1] != ln
+            depth = _depth_after(ln, depth) if not shell else 0
         continued = ln.rstrip().endswith("\\")
     return out
+
+
+def _leading_indent_removed(lines: list[str]) -> list[str]:
+    """IPython's ``leading_indent``: a cell whose first line is indented runs with that indentation removed."""
+    first = next((ln for ln in lines if ln.strip()), "")
+    prefix = first[: len(first) - len(first.lstrip())]
+    if not prefix:
+        return lines
+    return [ln[len(prefix):] if ln.startswith(prefix) else ln for ln in lines]
 
 
 def source_lines_in_file(raw: str) -> dict[int, int]:
