@@ -264,9 +264,51 @@ class MyTrainer:
         if self.args.should_save:
             torch.save(self.optimizer.state_dict(), output_dir + "/optimizer.pt")
 """),
+    # an Estimator input_fn returning a helper's (features, labels) drawn from the pipeline (tensorflow-without-a-phd)
+    ("tf008-input-fn-through-a-features-helper", "TF008", True, TF + """
+def features_and_labels(dataset):
+    it = dataset.make_one_shot_iterator()
+    return it.get_next()
+def dataset_input_fn(files):
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    dataset = dataset.map(load, num_parallel_calls=8).batch(50).repeat()
+    return features_and_labels(dataset)
+"""),
 ]
 
 
 @pytest.mark.parametrize("name,rule,reported,src", MORE, ids=[c[0] for c in MORE])
 def test_flow_seen_in_real_code(name, rule, reported, src):
     assert (rule in ids(src)) is reported
+
+
+def test_maps_outside_training_pipelines_and_eval_loaders_are_left_alone():
+    """TF009 when training's pipelines are known: a map that builds a vocabulary or a peek is not one of them;
+    PT005: a loader named for evaluation that accelerator.prepare hands on (the Hugging Face course's layout)."""
+    tf_src = TF + """
+import tensorflow_datasets as tfds
+strategy = tf.distribute.MirroredStrategy()
+ratings = tfds.load("movielens/100k-ratings", split="train")
+user_ids = ratings.batch(1_000_000).map(lambda x: x["user_id"])
+train = ratings.map(lambda x: x).batch(64 * strategy.num_replicas_in_sync).prefetch(1)
+with strategy.scope():
+    model = build(user_ids)
+model.fit(train)
+"""
+    from allgpu.lint import check_source
+    import textwrap
+    lines = [f.line for f in check_source(textwrap.dedent(tf_src), "t.py") if f.rule_id == "TF009"]
+    assert lines == [7]  # the training pipeline's map, not the vocabulary's (line 6)
+    pt_src = """
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+accelerator = Accelerator()
+train_dataloader = DataLoader(train_set, batch_size=8, shuffle=True, num_workers=4)
+eval_dataloader = DataLoader(eval_set, batch_size=8)
+model, optimizer, train_dl, eval_dl = accelerator.prepare(model, optimizer, train_dataloader, eval_dataloader)
+for batch in train_dl:
+    accelerator.backward(model(**batch).loss)
+    optimizer.step()
+"""
+    assert "PT005" not in ids(pt_src)

@@ -284,8 +284,11 @@ def _training_inputs(ctx) -> list[ast.expr]:
             out.append(ds)
     for name, defs in mod.functions.items():  # an Estimator input_fn returns the pipeline the estimator trains on
         if "input_fn" in name and not _evaluation_name(name):
-            out += [n.value for d in defs for n in iter_body_nodes(d.body)
+            rets = [n.value for d in defs for n in iter_body_nodes(d.body)
                     if isinstance(n, ast.Return) and n.value is not None and not isinstance(n.value, ast.Tuple)]
+            # ``return features_and_labels(dataset)``: the helper draws the iterator from the pipeline it is given
+            out += rets + [a for r in rets if isinstance(r, ast.Call) and mod.local_functions(r.func)
+                           for a in r.args if isinstance(a, ast.Name)]
     return out
 
 
@@ -329,12 +332,15 @@ def check_tf008(ctx) -> None:
 
 def check_tf009(ctx) -> None:
     mod = ctx.mod
+    trained = _trained_steps(ctx) if mod.attrs.get("map") else set()
     for node in mod.attrs.get("map", []):
         call = mod.parent.get(id(node))
         if not isinstance(call, ast.Call) or call.func is not node:
             continue
         if len(call.args) >= 2 or kwarg(call, "num_parallel_calls") is not None or has_star_kwargs(call):
             continue
+        if trained and id(call) not in trained:
+            continue  # training's pipelines are known and this map is in none (evaluation, a vocabulary, a peek)
         if tfdata.classify(mod, node.value) == "tfdata":
             ctx.emit("TF009", call, "Dataset.map() without num_parallel_calls processes one element at a time: "
                                     "add num_parallel_calls=tf.data.AUTOTUNE")

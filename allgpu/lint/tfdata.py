@@ -168,7 +168,7 @@ def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None
         if isinstance(expr, ast.Name) and len(values) > 1:  # ``dataset`` bound in this function, not elsewhere
             scope = mod.enclosing_function(expr)
             values = [v for v in values if mod.enclosing_function(v) is scope] or values
-        for v in values[:8]:
+        for v in values[:16]:
             r, m = pipeline(mod, _unpacked_from(mod, expr, v) or v, depth + 1, seen, steps)
             roots, methods = roots + r, methods | m
         return roots, methods

@@ -109,12 +109,10 @@ def inference_only_loader(mod, facts, call: ast.Call) -> bool:
                 return False
             loops += 1
             continue
-        outer = mod.parent.get(id(parent)) if isinstance(parent, ast.Call) else None
-        if isinstance(parent, ast.Call) and _callee(parent) == "prepare" and isinstance(outer, ast.Assign) and \
-                any(isinstance(t, ast.Name) and t.id == name for t in outer.targets):
-            continue  # ``loader = accelerator.prepare(loader)``: the same loader
+        if isinstance(parent, ast.Call) and _callee(parent) == "prepare":
+            continue  # ``loader = accelerator.prepare(loader)`` (or ``train_dl, eval_dl = prepare(...)``)
         return False
-    return loops > 0
+    return loops > 0 or any(_EVAL_WORD.match(w) for w in name.split("_"))
 
 
 def _callee(call: ast.Call) -> str:
