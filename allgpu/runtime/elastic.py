@@ -54,7 +54,7 @@ class LaunchPlan:
         local_addr: the address other nodes reach this one at (loopback for a loopback job).
         max_restarts / monitor_interval: restart budget, and seconds between health checks.
         worker_env: variables added to each replica's environment.
-        argv: the replica command after the interpreter (``-u -m allgpu.runtime.replica_main script args``).
+        argv: the replica command after the interpreter (``-m allgpu.runtime.replica_main script args``).
     """
 
     min_nodes: int
@@ -268,7 +268,7 @@ def plan(
         # A fresh store per attempt (allgpu.runtime.replica_main.use_fresh_store): restarts need it.
         worker_env=launch_env.worker_variables(cpu_only=on_cpu, cluster_source=cluster_source,
                                                fresh_store=backend == "static"),
-        argv=("-u", "-m", "allgpu.runtime.replica_main", script, *args),
+        argv=("-m", "allgpu.runtime.replica_main", script, *args),
     )
 
 

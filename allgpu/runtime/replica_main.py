@@ -48,6 +48,10 @@ def main(argv: list[str]) -> None:
     """Run ``argv[0]`` with ``sys.argv = argv`` and the script's folder first on ``sys.path`` (as ``python script.py``)."""
     if launch_env.read().fresh_store and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         use_fresh_store()
+    # Line-buffered, not unbuffered (`python -u`): a line reaches the terminal as soon as it ends, in one write,
+    # so the replicas' lines on the shared terminal never cut into each other ("valval 1.0\n 1.0\n").
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
     script = argv[0]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
