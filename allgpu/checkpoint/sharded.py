@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed.checkpoint as dcp
 from torch import nn
 
 from allgpu.checkpoint import collective, sharded_model
@@ -82,6 +81,8 @@ def save(final: Path, *, tensors: dict, meta: dict, group: Any = None) -> None:
     rank = collective.rank(group)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*assuming the intent is to save in a single process.*")
+        import torch.distributed.checkpoint as dcp  # here, not at the top: see sharded_model.py
+
         collective.run(f"dcp.save({final.name})", lambda: dcp.save(
             tensors,
             storage_writer=dcp.FileSystemWriter(tmp, sync_files=True, overwrite=False),
@@ -154,6 +155,8 @@ def load(
         }
     with warnings.catch_warnings():  # no_dist is deliberate: each replica reads the full mirrored state
         warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
+        import torch.distributed.checkpoint as dcp  # here, not at the top: see sharded_model.py
+
         dcp.load(target, storage_reader=dcp.FileSystemReader(path), no_dist=True)
     load_model(model, target["model"], strict=strict, source=path)
     if optimizer is not None:

@@ -10,29 +10,26 @@ a mirrored checkpoint restores into a sharded model (DCP reads only each replica
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
 
 from allgpu.errors import CheckpointError
+
+# ``torch.distributed.checkpoint`` imports DTensor and FSDP2: about 0.35 s of every process's start-up. Every
+# checkpoint module imports this one, so DCP is imported in the functions that use it, when a checkpoint is
+# sharded, and a replicated model's save and restore (the common case) never pay for it.
 
 
 def is_fully_sharded(model: nn.Module) -> bool:
     """True when ``model`` (or a submodule) was sharded with FSDP2's ``fully_shard``."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # pragma: no cover - torch without FSDP2
+    if "torch.distributed.fsdp" not in sys.modules:  # nothing was sharded if FSDP2 was never imported
         return False
+    from torch.distributed.fsdp import FSDPModule
+
     return any(isinstance(m, FSDPModule) for m in model.modules())
 
 
@@ -45,6 +42,8 @@ def split(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> tuple[di
 
     Tensors stay sharded ``DTensor``s (DCP writes each replica's rows from that replica). A collective.
     """
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
     model_state = get_model_state_dict(model)
     if optimizer is None:
         return model_state, {}, None
@@ -71,6 +70,10 @@ def load(path: Path, manifest: dict, *, model: nn.Module, optimizer: torch.optim
         CheckpointError: keys missing or unexpected (``strict``), shapes that differ, or an optimizer over other
             parameters, naming them and the fix.
     """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, \
+        set_model_state_dict, set_optimizer_state_dict
+
     model_state = get_model_state_dict(model)
     shapes = manifest["model_shapes"]
     missing, unexpected = sorted(set(model_state) - set(shapes)), sorted(set(shapes) - set(model_state))
@@ -128,6 +131,9 @@ def load_full(model: nn.Module, optimizer: torch.optim.Optimizer | None, model_s
 
     ``names``: the parameter name of each optimizer id in ``optimizer_state`` (``param_names`` order).
     """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, \
+        set_optimizer_state_dict
+
     options = StateDictOptions(full_state_dict=True, strict=strict)
     set_model_state_dict(model, model_state, options=options)
     if optimizer is None or optimizer_state is None:
