@@ -33,6 +33,9 @@ import os
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from text_cache import check, incomplete, parse_stage, read_rows, sha256  # noqa: E402
+
 HERE = Path(__file__).resolve().parent / "doctor_logs"
 REFERENCES = HERE / "real_threads.jsonl"
 # Split once at random by thread, before any rule change: a thread's salted hash decides its half, so a thread
@@ -44,10 +47,6 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ALLGPU_DOCTOR_LOG_CACHE", Path.home() / ".cache" / "allgpu" / "doctor_logs"))
 
 
-def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def split_of(repo: str, issue: int) -> str:
     """``tuning`` or ``held-out`` for a thread (every log of a thread in the same half)."""
     digest = hashlib.sha256(f"{SPLIT_SALT}:{repo.lower()}#{issue}".encode()).digest()
@@ -56,7 +55,7 @@ def split_of(repo: str, issue: int) -> str:
 
 def references(path: Path = REFERENCES) -> list[dict]:
     """The committed rows: references, labels, sha256, split."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_rows(path)
 
 
 class CacheError(RuntimeError):
@@ -70,36 +69,18 @@ def load(rows: list[dict], directory: Path | None = None) -> dict[str, str]:
         CacheError: naming the directory, how many texts are missing or differ, and how to rebuild them.
     """
     directory = directory or cache_dir()
-    texts, missing, differ = {}, [], []
-    for row in rows:
-        path = directory / f"{row['id']}.log"
-        if not path.is_file():
-            missing.append(row["id"])
-            continue
-        text = path.read_text(encoding="utf-8")
-        if sha256(text) != row["sha256"]:
-            differ.append(row["id"])
-            continue
-        texts[row["id"]] = text
+    found, missing, differ = check(rows, directory, ".log")
     if missing or differ:
-        raise CacheError(
-            f"the pasted-log cache at {directory} is incomplete: {len(missing)} of {len(rows)} texts missing"
-            + (f" (e.g. {', '.join(missing[:3])})" if missing else "")
-            + (f", {len(differ)} not matching their sha256 ({', '.join(differ[:3])})" if differ else "")
-            + ". The texts are not committed (they are others' words): rebuild them by copying each thread's "
-              "comment named in real_threads.jsonl into <id>.log, or point ALLGPU_DOCTOR_LOG_CACHE at a built cache.")
-    return texts
-
-
-def _parse_stage(path: Path) -> tuple[dict, str]:
-    head, _, text = path.read_text(encoding="utf-8").partition("\n---\n")
-    meta = dict(line.split(": ", 1) for line in head.splitlines() if line.strip())
-    return meta, text
+        raise CacheError(incomplete(
+            "pasted-log", directory, len(rows), missing, differ,
+            "The texts are not committed (they are others' words): rebuild them by copying each thread's comment "
+            "named in real_threads.jsonl into <id>.log, or point ALLGPU_DOCTOR_LOG_CACHE at a built cache."))
+    return {key: path.read_text(encoding="utf-8") for key, path in found.items()}
 
 
 def add(stage: Path, path: Path = REFERENCES, round_: int = 1) -> int:
     """Stage files -> cache texts + jsonl rows (rows already present keep their place). Returns rows added."""
-    rows = references(path) if path.exists() else []
+    rows = references(path)
     known = {r["id"] for r in rows}
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
@@ -107,7 +88,7 @@ def add(stage: Path, path: Path = REFERENCES, round_: int = 1) -> int:
     threads = {(r["repo"].lower(), int(r["issue"])): r["id"] for r in rows}
     by_id = {r["id"]: r for r in rows}
     for file in sorted(stage.glob("*.txt")):
-        meta, text = _parse_stage(file)
+        meta, text = parse_stage(file)
         case_id = file.stem
         if case_id in known:
             if sha256(text) != by_id[case_id]["sha256"]:

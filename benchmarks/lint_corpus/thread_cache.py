@@ -27,15 +27,15 @@ repository is in the same half in both corpora), by ``site/thread`` elsewhere; f
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 from author_split import half  # noqa: E402
+from text_cache import check, incomplete, parse_stage, read_rows as _read_rows, sha256  # noqa: E402
 
 THREADS = HERE / "thread_labels.jsonl"
 FIELDS = ("url", "repo", "site", "thread", "code_in", "path", "commit", "settled_by", "settled_ref", "framework", "note")
@@ -51,10 +51,6 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ALLGPU_LINT_THREAD_CACHE", default))
 
 
-def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def split_key(row: dict) -> str:
     """What the split coin is tossed on: ``owner/name`` for a GitHub thread, ``site/thread`` otherwise."""
     return row["repo"] if row.get("repo") else f"{row['site']}/{row['thread']}"
@@ -62,9 +58,7 @@ def split_key(row: dict) -> str:
 
 def read_rows(path: Path = THREADS) -> list[dict]:
     """The committed rows (references, labels, sha256, split); ``[]`` when the file does not exist yet."""
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return _read_rows(path)
 
 
 def load(rows: list[dict], directory: Path | None = None) -> dict[str, Path]:
@@ -74,29 +68,13 @@ def load(rows: list[dict], directory: Path | None = None) -> dict[str, Path]:
         ThreadCacheError: naming the directory, the ids missing or not matching, and how to rebuild them.
     """
     directory = directory or cache_dir()
-    paths, missing, differ = {}, [], []
-    for row in rows:
-        path = directory / f"{row['id']}.py"
-        if not path.is_file():
-            missing.append(row["id"])
-        elif sha256(path.read_text(encoding="utf-8")) != row["sha256"]:
-            differ.append(row["id"])
-        else:
-            paths[row["id"]] = path
+    paths, missing, differ = check(rows, directory, ".py")
     if missing or differ:
-        raise ThreadCacheError(
-            f"the thread snippet cache at {directory} is incomplete: {len(missing)} of {len(rows)} snippets missing"
-            + (f" ({', '.join(missing[:8])}{', ...' if len(missing) > 8 else ''})" if missing else "")
-            + (f", {len(differ)} not matching their sha256 ({', '.join(differ[:8])})" if differ else "")
-            + ". The snippets are not committed (they are others' code): copy the code block named in each row's "
-              "code_in from its url into <id>.py, or point ALLGPU_LINT_THREAD_CACHE at a built cache.")
+        raise ThreadCacheError(incomplete(
+            "thread snippet", directory, len(rows), missing, differ,
+            "The snippets are not committed (they are others' code): copy the code block named in each row's "
+            "code_in from its url into <id>.py, or point ALLGPU_LINT_THREAD_CACHE at a built cache.", texts="snippets"))
     return paths
-
-
-def _parse_stage(path: Path) -> tuple[dict, str]:
-    head, _, text = path.read_text(encoding="utf-8").partition("\n---\n")
-    meta = dict(line.split(": ", 1) for line in head.splitlines() if line.strip())
-    return meta, text
 
 
 def _labels(value: str) -> list[str]:
@@ -111,7 +89,7 @@ def add(stage: Path, path: Path = THREADS, directory: Path | None = None) -> int
     directory.mkdir(parents=True, exist_ok=True)
     added = 0
     for file in sorted(stage.glob("t*.txt")):
-        meta, text = _parse_stage(file)
+        meta, text = parse_stage(file)
         (directory / f"{file.stem}.py").write_text(text, encoding="utf-8")
         if file.stem in known:
             continue
