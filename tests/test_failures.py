@@ -139,6 +139,24 @@ def test_a_second_strategy_in_the_same_process_accepts_its_own_models():
         second.close()
 
 
+def test_a_model_built_in_a_one_device_scope_trains_while_an_earlier_mirrored_strategy_lives():
+    # A notebook: a MirroredStrategy cell (one replica here), then a cell switching to OneDeviceStrategy. The first
+    # strategy's check is still installed; the model was built in the second's scope, so nothing is wrong.
+    first = allgpu.MirroredStrategy(num_replicas=1)
+    one = allgpu.OneDeviceStrategy("/cpu:0")
+    try:
+        with one.scope():
+            model = torch.nn.Linear(2, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.zeros(1, 2)).sum().backward()
+        optimizer.step()
+        with pytest.raises(NotMirroredError):  # built in no scope at all: still the pitfall for the live Mirrored
+            torch.nn.Linear(2, 1)(torch.zeros(1, 2))
+    finally:
+        first.close()
+        one.close()
+
+
 def test_inside_a_test_runner_the_strategy_does_not_re_execute_it():
     with pytest.warns(RuntimeWarning, match="not from a training script.*allgpu.launch"):
         strategy = allgpu.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])

@@ -56,6 +56,15 @@ def mirror_tensors(tensors: Iterable[torch.Tensor], group: ReplicaGroup, where: 
                 offset += t.numel()
 
 
+def mark_mirrored(params: Iterable[torch.Tensor]) -> None:
+    """Record ``params`` as mirrored for every strategy's check in the process. Every strategy records what its
+    scope made, OneDeviceStrategy (which checks nothing) too: a notebook that ran a MirroredStrategy cell and then
+    builds and trains a model in a OneDeviceStrategy's scope has done nothing wrong."""
+    registry = MirrorCheck._mirrored
+    for p in params:
+        registry[id(p)] = weakref.ref(p, lambda _, key=id(p): registry.pop(key, None))
+
+
 class MirrorCheck:
     """Raises :class:`NotMirroredError` when an unmirrored trainable parameter is about to be trained.
 
@@ -87,11 +96,6 @@ class MirrorCheck:
         self._optimizers: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple]" = weakref.WeakKeyDictionary()
         self._handles = [nn_module.register_module_forward_pre_hook(self._check),
                          register_optimizer_step_pre_hook(self._check_optimizer)]
-
-    def add(self, params: Iterable[torch.Tensor]) -> None:
-        registry = MirrorCheck._mirrored
-        for p in params:
-            registry[id(p)] = weakref.ref(p, lambda _, key=id(p): registry.pop(key, None))
 
     def trust(self, module: torch.nn.Module) -> None:
         """Skip the check for ``module`` and its submodules: a wrapper that swaps their parameters in and out
@@ -156,7 +160,7 @@ class MirrorCheck:
         if isinstance(module, _DATA_PARALLEL) and any(self.is_mirrored(p) for p in module.parameters()):
             raise UnsupportedError(_wrapped_message(module))
         if isinstance(module, torch.nn.parallel.DistributedDataParallel):
-            self.add(module.parameters())  # built outside scope() and averaged by DDP itself: not ours to refuse
+            mark_mirrored(module.parameters())  # built outside scope() and averaged by DDP itself: not ours to refuse
             self.trust(module)
             return
         for name, param in module.named_parameters():

@@ -35,8 +35,8 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from allgpu import keras as keras_support
-from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError, UnsupportedError
-from allgpu.core.mirror import mirror_tensors
+from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError
+from allgpu.core.mirror import mark_mirrored, mirror_tensors
 from allgpu.runtime.gloo_drain import wait_for_gloo_workers
 from allgpu.strategies.base.full_state import full_state
 from allgpu.strategies.sharded.meta_init import materialise, meta_roots
@@ -185,8 +185,7 @@ class FullyShardedStrategy(MirroredStrategy):
             self._sharded.add(root)
             self.plans[root_name] = describe(units)
         _repoint_optimizers(replaced)
-        if self._check is not None:
-            self._check.add(replaced.values())
+        mark_mirrored(replaced.values())
 
     def _mirror_keras(self, model, values: list, optimizer_values: list) -> None:
         """Make a built Keras model's variables identical, then shard it (once) and its optimizer's slots.
@@ -205,8 +204,8 @@ class FullyShardedStrategy(MirroredStrategy):
             self._sync.attach(model)
             self._sharded.add(model)
             self.plans[type(model).__name__] = "one unit: the whole Keras model"
+            mark_mirrored(params)
             if self._check is not None:
-                self._check.add(params)
                 self._check.trust(model)
         sharded.shard_optimizer_slots(getattr(model, "optimizer", None), model)
 

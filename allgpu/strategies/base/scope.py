@@ -17,7 +17,7 @@ import torch
 
 from allgpu import keras as keras_support
 from allgpu.errors import ArgumentTypeError
-from allgpu.core.mirror import mirror_tensors
+from allgpu.core.mirror import mark_mirrored, mirror_tensors
 from allgpu.core.scope_record import ScopeRecord
 
 
@@ -124,8 +124,7 @@ class ScopeVariables:
         self._mirrored_ids.update(id(p) for p in params)
         self._sync.add(params)
         self._sync.add_buffers(buffers)
-        if self._check is not None:
-            self._check.add(params)
+        mark_mirrored(params)  # for any strategy's check, this one's or another's still alive in the process
 
     def _mirror_keras(self, model, values: list, optimizer_values: list) -> None:
         """Mirror a Keras model's built variables (called by :class:`allgpu.keras.replica.KerasReplica`)."""
