@@ -263,10 +263,12 @@ class Module:
             yield node
 
     def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-        for anc in self.ancestors(node):
-            if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                return anc
-        return None
+        cache = self.__dict__.setdefault("_enclosing_fn", {})
+        key = id(node)
+        if key not in cache:
+            cache[key] = next((a for a in self.ancestors(node)
+                               if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+        return cache[key]
 
     def local_functions(self, func: ast.expr) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
         """The definition in this file that ``func`` (``step``, ``self.step``) calls; [] when unknown.

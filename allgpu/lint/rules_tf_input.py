@@ -116,6 +116,9 @@ def _check_loaders(ctx) -> None:
 def _trained_steps(ctx) -> set[int]:
     """ids of the Dataset method calls in the pipelines training consumes (fit's input, a training loop's,
     an iterator's, an input_fn's, what is given to experimental_distribute_dataset); empty when none is known."""
+    cached = ctx.mod.__dict__.get("_trained_steps")
+    if cached is not None:
+        return cached
     mod, steps = ctx.mod, []
     inputs = list(_training_inputs(ctx))
     for call, _ in mod.calls:
@@ -123,7 +126,8 @@ def _trained_steps(ctx) -> set[int]:
             inputs.append(call.args[0])
     for expr in inputs:
         tfdata.pipeline(mod, expr, steps=steps)
-    return {id(c) for c in steps}
+    out = mod.__dict__["_trained_steps"] = {id(c) for c in steps}
+    return out
 
 
 def _check_tf007_in_other_modules(ctx) -> None:
@@ -253,7 +257,14 @@ _TRAIN_NAME = re.compile(r"train")
 
 
 def _training_inputs(ctx) -> list[ast.expr]:
-    """The datasets training consumes: ``fit``'s first argument and what a training loop iterates."""
+    """The datasets training consumes: ``fit``'s first argument and what a training loop iterates (cached)."""
+    cached = ctx.mod.__dict__.get("_training_inputs")
+    if cached is None:
+        cached = ctx.mod.__dict__["_training_inputs"] = _find_training_inputs(ctx)
+    return cached
+
+
+def _find_training_inputs(ctx) -> list[ast.expr]:
     mod, facts = ctx.mod, ctx.facts
     out = []
     for call, _ in mod.calls:

@@ -166,13 +166,23 @@ def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None
         roots, methods = [], set()
         values = mod.values_of(expr)
         if isinstance(expr, ast.Name) and len(values) > 1:  # ``dataset`` bound in this function, not elsewhere
-            scope = mod.enclosing_function(expr)
-            values = [v for v in values if mod.enclosing_function(v) is scope] or values
+            values = _by_scope(mod, expr.id, values).get(id(mod.enclosing_function(expr))) or values
         for v in values[:16]:
             r, m = pipeline(mod, _unpacked_from(mod, expr, v) or v, depth + 1, seen, steps)
             roots, methods = roots + r, methods | m
         return roots, methods
     return [], set()
+
+
+def _by_scope(mod: Module, name: str, values: list) -> dict[int, list]:
+    """The values bound to ``name``, grouped by the id of the function binding them (cached per name)."""
+    cache = mod.__dict__.setdefault("_tfdata_by_scope", {})
+    if name not in cache:
+        groups: dict[int, list] = {}
+        for v in values:
+            groups.setdefault(id(mod.enclosing_function(v)), []).append(v)
+        cache[name] = groups
+    return cache[name]
 
 
 _ITER_ATTRS = ("make_one_shot_iterator", "make_initializable_iterator", "__iter__", "create_iterator")
