@@ -315,9 +315,14 @@ def check_pt008(ctx) -> None:
 def _wraps_model(call: ast.Call, qn: str | None) -> bool:
     """``make_data_parallel(model, ...)``, ``wrap_ddp(model)``: a project helper that wraps what it is given."""
     name = (_last_name(call.func) or "").lower()
-    if (qn and qn.startswith("torch.")) or not call.args or _NOT_WRAPPER.search(name):
+    if (qn and qn.startswith("torch.")) or not call.args or not _WRAPPER_HELPER.search(name):
         return False
-    return bool(_WRAPPER_HELPER.search(name))
+    if _NOT_WRAPPER.search(name):
+        # ``init_distributed_data_parallel_model(self.base_model, ...)`` (ClassyVision) wraps the model it is
+        # given; ``init_ddp(args)`` starts the process group
+        first = (dotted(call.args[0]) or "").rsplit(".", 1)[-1].lower()
+        return name.endswith("model") and ("model" in first or "net" in first)
+    return True
 
 
 def check_pt009(ctx) -> None:

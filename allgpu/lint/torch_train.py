@@ -255,17 +255,71 @@ def under_accumulation_test(mod, node: ast.AST, loop: ast.AST) -> bool:
 
 def stepped_every_k(ctx, does) -> list[ast.Call]:
     """The unconditional backward of each loop that steps the optimizer only under a micro-step test
-    (``if (i + 1) % accum_steps == 0: optimizer.step()``), in a file that names an accumulation count."""
+    (``if (i + 1) % accum_steps == 0: optimizer.step()``), in a file that names an accumulation count; and of
+    each step method a framework calls once per batch (``loss.backward()`` then ``if update_idx % period ==
+    period - 1: self.optimizer.step()`` in one function, no loop of its own: ClassyVision's ``run_optimizer``)."""
     mod, facts = ctx.mod, ctx.facts
-    if not any(_ACCUM.search(n.lower()) for n in mod.name_ids | mod.attrs.keys()):
-        return []
     out = []
-    for loop in mod.loops:
-        body = list(iter_body_nodes(loop.body))
-        steps = [n for n in body if isinstance(n, ast.Call) and does(n, "optstep")
-                 and under_accumulation_test(mod, n, loop)]
-        backs = [n for n in body if isinstance(n, ast.Call) and does(n, "backward")
-                 and not facts.under_if(n, loop)]
-        if steps and backs:
-            out.append(backs[0])
+    if any(_ACCUM.search(n.lower()) for n in mod.name_ids | mod.attrs.keys()):
+        for loop in mod.loops:
+            back = _backward_stepped_every_k(mod, facts, does, loop, loop.body, under_accumulation_test)
+            if back is not None:
+                out.append(back)
+    for defs in mod.functions.values():
+        for fn in defs:
+            back = _backward_stepped_every_k(mod, facts, does, fn, fn.body, _under_modulo_test)
+            if back is not None and not any(back is b for b in out):
+                out.append(back)
     return out
+
+
+def _backward_stepped_every_k(mod, facts, does, root, body, step_test) -> ast.Call | None:
+    """The first backward in ``body`` that runs on every pass when an optimizer step in it runs only under
+    ``step_test``; a backward in an ``if``/``else`` whose other branch backwards too (``if amp: scaled.backward()
+    else: loss.backward()``) runs on every pass."""
+    nodes = [n for n in iter_body_nodes(body) if isinstance(n, ast.Call)]
+    steps = [n for n in nodes if does(n, "optstep")]
+    if not any(step_test(mod, n, root) for n in steps):
+        return None
+    if isinstance(root, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        # a per-batch step function: straight-line code (loops inside are the loop variant's), every step under
+        # the test (a GAN's generator stepped every n_critic batches beside a discriminator stepped each one is not)
+        nodes = [n for n in nodes if not any(isinstance(a, (ast.For, ast.AsyncFor, ast.While)) for a in
+                                             _ancestors_below(mod, n, root))]
+        if not all(step_test(mod, n, root) for n in steps):
+            return None
+    return next((n for n in nodes if does(n, "backward") and _always_runs(mod, does, n, root)), None)
+
+
+def _ancestors_below(mod, node: ast.AST, root: ast.AST):
+    for anc in mod.ancestors(node):
+        if anc is root:
+            return
+        yield anc
+
+
+def _always_runs(mod, does, node: ast.AST, root: ast.AST) -> bool:
+    child = node
+    for anc in mod.ancestors(node):
+        if anc is root:
+            return True
+        if isinstance(anc, ast.IfExp):
+            return False
+        if isinstance(anc, ast.If):
+            other = anc.orelse if any(child is st for st in anc.body) else anc.body if any(
+                child is st for st in anc.orelse) else None
+            if not other or not any(isinstance(n, ast.Call) and does(n, "backward") for n in iter_body_nodes(other)):
+                return False
+        child = anc
+    return False
+
+
+def _under_modulo_test(mod, node: ast.AST, fn: ast.AST) -> bool:
+    """``node`` sits under ``if idx % period == period - 1:`` (a ``%`` compared in the test) inside ``fn``."""
+    for anc in mod.ancestors(node):
+        if anc is fn:
+            return False
+        if isinstance(anc, ast.If) and any(isinstance(n, ast.Compare) and any(
+                isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(n)) for n in ast.walk(anc.test)):
+            return True
+    return False
