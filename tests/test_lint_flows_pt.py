@@ -67,6 +67,36 @@ for i, (x, y) in enumerate(loader):
     if (i + 1) % accum_steps == 0:
         optimizer.step()
 """),
+    # a data module builds the sampler and then hands the loader sampler=None: nothing shards, nothing sets the epoch
+    ("pt004-sampler-built-never-used", "PT004", True, PT + """
+from torch.utils.data import DataLoader, DistributedSampler
+class Data:
+    def loader(self, world_size=1):
+        ds = self.dataset()
+        if world_size > 1:
+            sampler = DistributedSampler(ds)
+        else:
+            sampler = None
+        return DataLoader(ds, batch_size=self.batch // world_size, sampler=None, shuffle=True)
+"""),
+    # the same data module passing its sampler on: the trainer that iterates the loader can set the epoch
+    ("pt004-sampler-returned-in-loader", "PT004", False, PT + """
+from torch.utils.data import DataLoader, DistributedSampler
+class Data:
+    def loader(self, world_size=1):
+        ds = self.dataset()
+        sampler = DistributedSampler(ds) if world_size > 1 else None
+        if world_size > 1:
+            sampler = DistributedSampler(ds)
+        return DataLoader(ds, batch_size=self.batch, sampler=sampler, shuffle=sampler is None)
+"""),
+    # an evaluation sampler left unused is not a training pitfall
+    ("pt004-unused-eval-sampler", "PT004", False, PT + """
+from torch.utils.data import DistributedSampler
+def build_val(valset):
+    val_sampler = DistributedSampler(valset)
+    return valset
+"""),
     # ``init_ddp(args)`` starts a process group; it wraps nothing
     ("pt009-init-helper-is-not-a-wrapper", "PT009", True, PT + """
 dist.init_process_group("nccl")

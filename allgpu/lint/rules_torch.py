@@ -202,6 +202,9 @@ def check_pt004(ctx) -> None:
     mod = ctx.mod
     if "set_epoch" in mod.attrs or torch_train.sampler_delegated(mod):
         return
+    for call in torch_train.unused_distributed_samplers(mod):
+        ctx.emit("PT004", call, "DistributedSampler built and never used: no DataLoader takes it and nothing can "
+                                "call its set_epoch(epoch); pass it as `sampler=` and set its epoch")
     epoch_loop = False
     for loop in mod.loops:
         head = loop.test if isinstance(loop, ast.While) else ast.Tuple(elts=[loop.target, loop.iter])
@@ -215,6 +218,8 @@ def check_pt004(ctx) -> None:
             shuffle = kwarg(call, "shuffle")
             if isinstance(shuffle, ast.Constant) and shuffle.value is False or torch_train.evaluation_sampler(mod, call):
                 continue
+            if torch_train.unused_distributed_samplers(mod).count(call):
+                continue  # reported above
             ctx.emit("PT004", call, "DistributedSampler is never given set_epoch(epoch): every epoch "
                                     "shuffles the same way")
 

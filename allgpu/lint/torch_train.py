@@ -216,6 +216,39 @@ def sampler_delegated(mod) -> bool:
     return False
 
 
+def unused_distributed_samplers(mod) -> list[ast.Call]:
+    """``sampler = DistributedSampler(ds)`` bound to a function's local name that nothing in that function reads
+    (the loader below is built with ``sampler=None``, or the line was left over): the sampler shards nothing and
+    no caller can reach it to call ``set_epoch``. Evaluation samplers and ``shuffle=False`` are left alone."""
+    cached = mod.__dict__.get("_unused_samplers")
+    if cached is not None:
+        return cached
+    out = []
+    loads = name_loads(mod)
+    for call, qn in mod.calls:
+        if not (qn and qn.startswith("torch.") and qn.endswith("DistributedSampler")) or mod.is_foreign(call):
+            continue
+        st = mod.parent.get(id(call))
+        fn = mod.enclosing_function(call)
+        if fn is None or not isinstance(st, ast.Assign) or len(st.targets) != 1 or \
+                not isinstance(st.targets[0], ast.Name) or st.value is not call:
+            continue
+        shuffle = next((k.value for k in call.keywords if k.arg == "shuffle"), None)
+        if isinstance(shuffle, ast.Constant) and shuffle.value is False or evaluation_sampler(mod, call):
+            continue
+        name = st.targets[0].id
+        if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(fn)):
+            continue
+        if not any(_nested_in(mod, u, fn) for u in loads.get(name, [])):
+            out.append(call)
+    mod.__dict__["_unused_samplers"] = out
+    return out
+
+
+def _nested_in(mod, node: ast.AST, fn: ast.AST) -> bool:
+    return any(a is fn for a in mod.ancestors(node))
+
+
 _EVAL_WORD = re.compile(r"(?i)^(val|valid|validation|validate|test|testing|eval|evaluate|evaluation|dev|infer|inference|"
                         r"predict|valset|testset|evalset|val\d*)$")
 
@@ -265,11 +298,21 @@ def stepped_every_k(ctx, does) -> list[ast.Call]:
             back = _backward_stepped_every_k(mod, facts, does, loop, loop.body, under_accumulation_test)
             if back is not None:
                 out.append(back)
-    for defs in mod.functions.values():
-        for fn in defs:
-            back = _backward_stepped_every_k(mod, facts, does, fn, fn.body, _under_modulo_test)
-            if back is not None and not any(back is b for b in out):
-                out.append(back)
+    for fn in _modulo_step_functions(mod, facts):
+        back = _backward_stepped_every_k(mod, facts, does, fn, fn.body, _under_modulo_test)
+        if back is not None and not any(back is b for b in out):
+            out.append(back)
+    return out
+
+
+def _modulo_step_functions(mod, facts) -> list:
+    """Functions with an ``optimizer.step()`` of their own under a ``%`` test (found from the calls: cheap)."""
+    out = []
+    for call, qn in mod.calls:
+        if qn is None and isinstance(call.func, ast.Attribute) and "optstep" in facts.call_features(call):
+            fn = mod.enclosing_function(call)
+            if fn is not None and not any(f is fn for f in out) and _under_modulo_test(mod, call, fn):
+                out.append(fn)
     return out
 
 
