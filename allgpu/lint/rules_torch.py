@@ -241,10 +241,13 @@ def check_pt005(ctx) -> None:
 
 def _does(mod, facts, call: ast.Call, feature: str) -> bool:
     """``call`` is ``loss.backward()`` (feature ``"backward"``) / ``optimizer.step()`` (``"optstep"``), or a call
-    of a local function that runs one (``self._backward(loss)``, ``self.optimizer_step()``)."""
-    if feature in facts.call_features(call):
-        return True
-    return any(feature in facts.summary(fn) for fn in mod.local_functions(call.func))
+    of a local function that runs one (``self._backward(loss)``, ``self.optimizer_step()``). Memoised per call."""
+    memo = mod.__dict__.setdefault("_pt_does", {})
+    key = (id(call), feature)
+    if key not in memo:
+        memo[key] = feature in facts.call_features(call) or any(
+            feature in facts.summary(fn) for fn in mod.local_functions(call.func))
+    return memo[key]
 
 
 def _does_backward(mod, facts, call: ast.Call) -> bool:

@@ -321,9 +321,9 @@ def _backward_stepped_every_k(mod, facts, does, root, body, step_test) -> ast.Ca
     ``step_test``; a backward in an ``if``/``else`` whose other branch backwards too (``if amp: scaled.backward()
     else: loss.backward()``) runs on every pass."""
     nodes = [n for n in iter_body_nodes(body) if isinstance(n, ast.Call)]
+    if not any(step_test(mod, n, root) and does(n, "optstep") for n in nodes):
+        return None  # the cheap test first: few calls sit under a micro-step test
     steps = [n for n in nodes if does(n, "optstep")]
-    if not any(step_test(mod, n, root) for n in steps):
-        return None
     if isinstance(root, (ast.FunctionDef, ast.AsyncFunctionDef)):
         # a per-batch step function: straight-line code (loops inside are the loop variant's), every step under
         # the test (a GAN's generator stepped every n_critic batches beside a discriminator stepped each one is not)
