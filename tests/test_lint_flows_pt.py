@@ -111,3 +111,145 @@ for x, y in loader:
 @pytest.mark.parametrize("name,rule,reported,src", CASES, ids=[c[0] for c in CASES])
 def test_flow(name, rule, reported, src):
     assert (rule in ids(src)) is reported, name
+
+
+CKPT = """
+import torch
+
+class CheckpointIO:
+    def __init__(self, directory):
+        self.directory = directory
+
+    def write(self, state, name):
+        torch.save(state, f"{self.directory}/{name}")
+
+class Checkpointer:
+    def __init__(self, directory):
+        self.io = CheckpointIO(directory)
+
+    def save(self, state, epoch):
+        self.io.write(state, f"epoch{epoch}.pt")
+
+class GuardedCheckpointer:
+    def save(self, state, epoch):
+        if torch.distributed.get_rank() == 0:
+            torch.save(state, f"epoch{epoch}.pt")
+"""
+
+TRAIN = """
+import torch
+import torch.distributed
+from .ckpt import {cls}
+
+def train(model, loader, optimizer, saver: {cls}, epochs=10):
+    for epoch in range(epochs):
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        torch.distributed.barrier()
+        {save}
+"""
+
+
+def _project(tmp_path, cls, save):
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "ckpt.py").write_text(textwrap.dedent(CKPT))
+    main = tmp_path / "train.py"
+    main.write_text(textwrap.dedent(TRAIN).format(cls=cls, save=save))
+    return [(f.rule_id, f.line) for f in check_path(main, select=list(RULES)) if f.rule_id == "PT007"]
+
+
+def test_pt007_checkpoint_object_of_another_module_saves_on_every_rank(tmp_path):
+    # train() calls a collective, so it runs on every rank; the handler's save reaches torch.save two hops down
+    assert _project(tmp_path, "Checkpointer", "saver.save(model.state_dict(), epoch)") == [("PT007", 12)]
+
+
+def test_pt007_checkpoint_object_call_guarded_or_guarding_itself(tmp_path):
+    guarded = "if torch.distributed.get_rank() == 0:\n            saver.save(model.state_dict(), epoch)"
+    assert _project(tmp_path, "Checkpointer", guarded) == []
+    assert _project(tmp_path, "GuardedCheckpointer", "saver.save(model.state_dict(), epoch)") == []
+
+
+def test_pt007_library_engine_save_is_a_collective_not_followed(tmp_path):
+    src = TRAIN.replace("from .ckpt import {cls}", "import deepspeed").replace("saver: {cls}", "engine")
+    (tmp_path / "train.py").write_text(textwrap.dedent(src).format(save="engine.save_checkpoint('ckpt')"))
+    assert [f for f in check_path(tmp_path / "train.py", select=list(RULES)) if f.rule_id == "PT007"] == []
+
+
+@pytest.mark.parametrize("body,reported", [
+    ("torch.distributed.barrier()\n    torch.save(state, 'last.pt')", True),
+    ("torch.distributed.barrier()\n    if torch.distributed.get_rank() == 0:\n        torch.save(state, 'last.pt')", False),
+    ("torch.save(state, 'last.pt')", False),  # no collective: who calls it (and under which guard) is unknown
+])
+def test_pt007_function_calling_a_collective_runs_on_every_rank(body, reported):
+    src = PT + "dist.init_process_group('nccl')\ndef save_last(state):\n    " + body + "\n"
+    assert ("PT007" in ids(src, "utils.py")) is reported
+
+
+def test_pt007_helper_that_runs_collectives_is_called_by_every_rank(tmp_path):
+    (tmp_path / "ckpt.py").write_text(textwrap.dedent("""
+        import torch
+        import torch.distributed as dist
+        class Checkpointer:
+            def save(self, state, epoch):
+                dist.barrier()
+                torch.save(state, f"epoch{epoch}.pt")
+    """))
+    (tmp_path / "__init__.py").write_text("")
+    main = tmp_path / "train.py"
+    main.write_text(textwrap.dedent(TRAIN).format(cls="Checkpointer", save="saver.save(model.state_dict(), epoch)"))
+    assert [f for f in check_path(main, select=list(RULES)) if f.rule_id == "PT007"] == []
+
+
+@pytest.mark.parametrize("guard,reported", [
+    ("args.gpu == 0", False),  # args.gpu is the rank given to init_process_group
+    ("config['rank'] == 0", False),
+    ("args.gpu_count > 1", True),
+])
+def test_pt007_rank_named_by_its_use(guard, reported):
+    src = PT + f"""
+dist.init_process_group("nccl", world_size=n, rank=args.gpu)
+model = torch.nn.parallel.DistributedDataParallel(net)
+for epoch in range(3):
+    train(model)
+    if {guard}:
+        torch.save(model.state_dict(), "m.pt")
+"""
+    assert ("PT007" in ids(src)) is reported
+
+
+def test_pt007_helper_class_that_tests_the_rank_decides_itself(tmp_path):
+    (tmp_path / "ckpt.py").write_text(textwrap.dedent("""
+        import torch
+        class Checkpointer:
+            def __init__(self, rank):
+                self.is_rank_zero = rank == 0
+            def log(self, msg):
+                if self.is_rank_zero:
+                    print(msg)
+            def save(self, state, epoch):
+                torch.save(state, f"epoch{epoch}.pt")
+    """))
+    (tmp_path / "__init__.py").write_text("")
+    main = tmp_path / "train.py"
+    main.write_text(textwrap.dedent(TRAIN).format(cls="Checkpointer", save="saver.save(model.state_dict(), epoch)"))
+    assert [f for f in check_path(main, select=list(RULES)) if f.rule_id == "PT007"] == []
+
+
+def test_pt007_in_file_trainer_method_called_through_its_instance():
+    src = PT + """
+dist.init_process_group("nccl")
+class Trainer:
+    def __init__(self, model):
+        self.model = torch.nn.parallel.DistributedDataParallel(model)
+    def snapshot(self, epoch):
+        torch.save(self.model.module.state_dict(), "snap.pt")
+    def train(self, epochs):
+        for epoch in range(epochs):
+            step(self.model)
+            self.snapshot(epoch)
+trainer = Trainer(net)
+trainer.train(10)
+"""
+    assert "PT007" in ids(src)
+    assert "PT007" not in ids(src.replace("trainer.train(10)", "if dist.get_rank() == 0:\n    trainer.train(10)"))

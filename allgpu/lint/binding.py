@@ -227,3 +227,42 @@ def returned_binding(mod, stack: list, targets) -> tuple[ast.stmt | None, set[st
         end = j
         st, names = targets(stack[:j])
     return (st, names) if end < len(stack) else (None, set())
+
+
+def instance_class(mod, obj: ast.expr, at: ast.AST):
+    """(module, ClassDef) of the project class ``obj`` holds an instance of (``x = Cls(...)``, ``self.x = Cls(...)``,
+    a parameter annotated ``x: Cls``; the class in this file or one it imports), or None."""
+    if not isinstance(obj, (ast.Name, ast.Attribute)):
+        return None
+    for value in mod.values_of(obj)[:3]:
+        if isinstance(value, ast.Call):
+            cls = mod.local_class(value.func)
+            if cls is not None:
+                return (mod.owner(cls) or mod), cls
+    if isinstance(obj, ast.Name):
+        for anc in mod.ancestors(at):
+            if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for a in (*anc.args.posonlyargs, *anc.args.args, *anc.args.kwonlyargs):
+                    if a.arg == obj.id and isinstance(a.annotation, (ast.Name, ast.Attribute)):
+                        cls = mod.local_class(a.annotation)
+                        if cls is not None:
+                            return (mod.owner(cls) or mod), cls
+                break
+    return None
+
+
+def instance_calls(mod, fn: ast.AST) -> list[ast.Call]:
+    """Calls in this file of the method ``fn`` through an instance of its class (``trainer.save(...)`` with
+    ``trainer = Trainer(...)``): calls that ``Module.callers`` (``self.save()``, plain functions) does not see."""
+    cls = mod.parent.get(id(fn))
+    if not isinstance(cls, ast.ClassDef) or mod.is_foreign(fn):
+        return []
+    out = []
+    for call, qn in mod.calls:
+        func = call.func
+        if qn is None and isinstance(func, ast.Attribute) and func.attr == fn.name and \
+                not (isinstance(func.value, ast.Name) and func.value.id in ("self", "cls")):
+            found = instance_class(mod, func.value, call)
+            if found is not None and found[1] is cls:
+                out.append(call)
+    return out

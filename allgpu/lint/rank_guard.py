@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
+from allgpu.lint.binding import instance_calls
 from allgpu.lint.resolve import dotted
 
 RANKISH = re.compile(r"rank|master|main_process|is_main|chief|primary|is_root|gpu_id|process_index|global_zero|"
@@ -47,13 +48,18 @@ def _rank_kinds(node: ast.AST, mod, _depth: int) -> set[str]:
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.upper() == "LOCAL_RANK":
             kinds.add("node")  # int(os.environ["LOCAL_RANK"]) == 0
             continue
+        if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and \
+                str(n.slice.value).lower() in ("rank", "global_rank"):
+            kinds.add("job")  # config["rank"] == 0, os.environ["RANK"]
+            continue
         name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
         if not name:
             continue
         low = name.lower()
         if _PER_NODE.search(low):
             kinds.add("node")
-        elif RANKISH.search(low):
+        elif RANKISH.search(low) or (mod is not None and name in _rank_arguments(mod)):
+            # (a name given as init_process_group(..., rank=args.gpu) is the rank, whatever it is called)
             if id(n) in per_node_pos:
                 kinds.add("node")
             elif mod is not None and _depth < 2 and _bound_per_node(mod, n, _depth):
@@ -61,6 +67,16 @@ def _rank_kinds(node: ast.AST, mod, _depth: int) -> set[str]:
             else:
                 kinds.add("job")
     return kinds
+
+
+def _rank_arguments(mod) -> frozenset[str]:
+    """Names the file passes as ``rank=`` to ``init_process_group`` (the global rank, whatever they are called)."""
+    found = mod.__dict__.get("_rank_arguments")
+    if found is None:
+        found = frozenset(dotted(k.value) for call, qn in mod.calls if qn == "torch.distributed.init_process_group"
+                          for k in call.keywords if k.arg == "rank" and isinstance(k.value, (ast.Name, ast.Attribute)))
+        mod.__dict__["_rank_arguments"] = found
+    return found
 
 
 def _bound_per_node(mod, name: ast.AST, depth: int) -> bool:
@@ -130,9 +146,11 @@ def guarded(mod, node: ast.AST, depth: int = 0) -> bool:
                 return True
             if depth >= 3:
                 return False
-            sites = mod.callers(anc) or handed_to(mod, anc)  # ``mp.spawn(worker, ...)`` runs it on every rank
-            if not sites and depth == 0 and _rank_aware_class(mod, anc):
-                return False  # a method of a class that tests the rank elsewhere, left unguarded here
+            # ``mp.spawn(worker, ...)`` runs it on every rank; ``trainer.save()`` calls Trainer.save of this file
+            sites = (mod.callers(anc) + instance_calls(mod, anc)) or handed_to(mod, anc)
+            if not sites and depth == 0 and (rank_aware_class(mod, anc) or calls_collective(mod, anc)):
+                return False  # a method of a class that tests the rank elsewhere, left unguarded here; a function
+                # that calls a collective (``dist.barrier()``) runs on every rank, or it would hang
             return all(guarded(mod, s, depth + 1) for s in sites)  # no call site here: cannot tell
         child = anc
     return False
@@ -164,7 +182,7 @@ def handed_to(mod, fn: ast.AST) -> list[ast.Call]:
     return index.get(id(fn), [])
 
 
-def _rank_aware_class(mod, fn: ast.AST) -> bool:
+def rank_aware_class(mod, fn: ast.AST) -> bool:
     """``fn`` is a method of a class that tests a rank somewhere (``if self.rank == 0:`` around another save):
     the class knows it runs on several processes, so a method it never guards is not guarded by its callers."""
     cls = mod.parent.get(id(fn))
@@ -174,3 +192,24 @@ def _rank_aware_class(mod, fn: ast.AST) -> bool:
     if id(cls) not in memo:
         memo[id(cls)] = any(isinstance(n, (ast.If, ast.IfExp)) and rank_kinds(n.test, mod) for n in ast.walk(cls))
     return memo[id(cls)]
+
+
+COLLECTIVES = frozenset({"barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
+                          "broadcast", "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+                          "gather", "gather_object", "scatter", "all_to_all", "monitored_barrier"})
+
+
+def calls_collective(mod, fn: ast.AST) -> bool:
+    """``fn`` itself (not a function nested in it) calls a torch.distributed collective outside any rank test:
+    every rank runs it, so its unguarded statements run on every rank too."""
+    memo = mod.__dict__.setdefault("_calls_collective", {})
+    if id(fn) not in memo:
+        found = False
+        for call, qn in mod.calls:
+            if qn and qn.startswith("torch.distributed.") and qn.rsplit(".", 1)[-1] in COLLECTIVES and \
+                    mod.enclosing_function(call) is fn and not any(
+                        isinstance(a, ast.If) and rank_kinds(a.test, mod) for a in mod.ancestors(call)):
+                found = True
+                break
+        memo[id(fn)] = found
+    return memo[id(fn)]

@@ -10,7 +10,8 @@ import ast
 import re
 
 from allgpu.lint import tfdata, torch_train
-from allgpu.lint.rank_guard import guarded, node_guarded, rankish
+from allgpu.lint.helper_saves import object_saves
+from allgpu.lint.rank_guard import calls_collective, guarded, node_guarded, rankish
 from allgpu.lint.rules_torch_device import INIT_HELPER, check_pt002  # noqa: F401  (the checker finds PT002 here)
 from allgpu.lint.astutil import star_kwarg
 from allgpu.lint.torch_train import inference_only_loader
@@ -286,19 +287,29 @@ def check_pt006(ctx) -> None:
 
 
 def check_pt007(ctx) -> None:
-    # an Accelerate script runs on every process ``accelerate launch`` starts (guard: accelerator.is_main_process)
-    if not (ctx.torch.started or any(qn == "accelerate.Accelerator" for _, qn in ctx.mod.calls)):
+    # an Accelerate script runs on every process ``accelerate launch`` starts (guard: accelerator.is_main_process);
+    # in a file that starts no job, a function that calls a collective (dist.barrier()) still runs on every rank:
+    # there a project object's save is reported (a library's own torch.save keeps its file's rank logic, unseen)
+    mod = ctx.mod
+    every = ctx.torch.started or any(qn == "accelerate.Accelerator" for _, qn in mod.calls)
+    if not every and not ctx.torch.dist:
         return
-    for call, qn in ctx.mod.calls:
+    on_all = (lambda call: True) if every else \
+        (lambda call: (fn := mod.enclosing_function(call)) is not None and calls_collective(mod, fn))
+    for call, qn in mod.calls if every else ():
         if qn != "torch.save" or (len(call.args) > 1 and rankish(call.args[1])):
             continue  # a per-rank file (``f"shard_{rank}.pt"``) is meant to be written by every rank
-        if guarded(ctx.mod, call):
+        if guarded(mod, call):
             continue
-        if node_guarded(ctx.mod, call):
+        if node_guarded(mod, call):
             ctx.emit("PT007", call, "torch.save guarded by a per-node rank (local_rank): on several machines one "
                                     "process per node writes the same file; guard with `dist.get_rank() == 0`")
         else:
             ctx.emit("PT007", call, "torch.save runs on every rank: guard it with `if dist.get_rank() == 0:`")
+    for call, where in object_saves(mod):
+        if on_all(call) and not guarded(mod, call):
+            ctx.emit("PT007", call, f"`{ast.unparse(call.func)}()` writes with torch.save ({where}) and runs on every "
+                                    "rank: guard the call with `if dist.get_rank() == 0:`")
 
 
 def check_pt008(ctx) -> None:
