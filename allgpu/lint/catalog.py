@@ -139,7 +139,8 @@ _R = [
     Rule("PT004", "warning", "sampler-no-set-epoch",
          "DistributedSampler without set_epoch() in the epoch loop: the same order every epoch",
          "DistributedSampler seeds its shuffle with the epoch number; without `sampler.set_epoch(epoch)` every\n"
-         "epoch uses the same permutation.\n"
+         "epoch uses the same permutation. A sampler built and never used (the loader gets `sampler=None`)\n"
+         "is reported too: nothing can set its epoch, and it shards nothing.\n"
          "Fix:\n    for epoch in range(epochs):\n        sampler.set_epoch(epoch)\n        for batch in loader: ..."),
     Rule("PT005", "warning", "loader-no-workers",
          "DataLoader with no worker processes (num_workers missing or 0) in a training script",
@@ -152,7 +153,8 @@ _R = [
          "on a flag (`loss_scaler(loss, opt, update_grad=(i + 1) % k == 0)`, the timm/MAE/Swin convention), and\n"
          "for a micro-step loop (`for _ in range(grad_accum_every): ... backward()`, the step after it) under\n"
          "DDP or Accelerate (there: without `with accelerator.accumulate(model):`), also when the optimizer\n"
-         "steps every k micro-steps through a trainer's own methods.\n"
+         "steps every k micro-steps through a trainer's own methods, or in a per-batch step method\n"
+         "(`loss.backward()`, then `if idx % k == k - 1: optimizer.step()`) a framework calls each batch.\n"
          "Fix:\n    ctx = model.no_sync() if (i + 1) % k else contextlib.nullcontext()\n"
          "    with ctx:\n        loss.backward()"),
     Rule("PT007", "warning", "save-on-every-rank",
@@ -160,7 +162,9 @@ _R = [
          "Every process runs the same script; unguarded, N processes write one checkpoint path at once and\n"
          "can leave it corrupt. A function handed to `mp.spawn` runs on every rank; the `else:` of\n"
          "`if rank == 0:` is every other rank; a method of a class that tests the rank elsewhere, left\n"
-         "unguarded, is reported. A per-node guard (`local_rank == 0`, `rank % ngpus_per_node == 0`) is not\n"
+         "unguarded, is reported; so is a call of a project object's method that reaches torch.save\n"
+         "(`checkpoint_handler.save(...)`, the class in another module of the project) from code that runs\n"
+         "on every rank. A per-node guard (`local_rank == 0`, `rank % ngpus_per_node == 0`) is not\n"
          "enough: on several machines one process per node writes the same path on a shared filesystem.\n"
          "Fix:\n    if dist.get_rank() == 0:\n        torch.save(model.module.state_dict(), path)"),
     Rule("PT008", "info", "batchnorm-not-synced",
