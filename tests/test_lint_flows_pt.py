@@ -253,3 +253,42 @@ trainer.train(10)
 """
     assert "PT007" in ids(src)
     assert "PT007" not in ids(src.replace("trainer.train(10)", "if dist.get_rank() == 0:\n    trainer.train(10)"))
+
+
+DATA = """
+import torch
+from torch.utils.data import DataLoader
+
+def get_loader(dataset, batch_size):
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=4)
+    return loader
+
+def get_loader_with(dataset, batch_size, sampler=None):
+    return DataLoader(dataset, batch_size=batch_size, shuffle=sampler is None, sampler=sampler)
+"""
+
+DDP_TRAIN = """
+import torch
+import torch.distributed as dist
+from data import {helper}
+
+dist.init_process_group("nccl")
+model = torch.nn.parallel.DistributedDataParallel(net)
+loader = {helper}(train_set, 32{extra})
+for epoch in range(10):
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize("helper,extra,reported", [
+    ("get_loader", "", True),  # the helper shuffles and takes no sampler: every rank reads everything
+    ("get_loader_with", ", sampler=torch.utils.data.DistributedSampler(train_set)", False),
+])
+def test_pt003_training_loader_built_by_a_helper_module(tmp_path, helper, extra, reported):
+    (tmp_path / "data.py").write_text(textwrap.dedent(DATA))
+    main = tmp_path / "train.py"
+    main.write_text(textwrap.dedent(DDP_TRAIN).format(helper=helper, extra=extra))
+    found = [(f.rule_id, f.line) for f in check_path(main, select=list(RULES)) if f.rule_id == "PT003"]
+    assert found == ([("PT003", 8)] if reported else [])

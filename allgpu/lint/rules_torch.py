@@ -10,6 +10,7 @@ import ast
 import re
 
 from allgpu.lint import tfdata, torch_train
+from allgpu.lint.helper_loaders import unsharded_loader_helpers
 from allgpu.lint.helper_saves import object_saves
 from allgpu.lint.rank_guard import calls_collective, guarded, node_guarded, rankish
 from allgpu.lint.rules_torch_device import INIT_HELPER, check_pt002  # noqa: F401  (the checker finds PT002 here)
@@ -167,6 +168,7 @@ def check_pt003(ctx) -> None:
     mod = ctx.mod
     if not ctx.torch.wrapped:
         return
+    _check_pt003_helpers(ctx)
     for call, _ in _loader_calls(mod):
         sampler, known = star_kwarg(mod, call, "sampler")
         batch_sampler, known_b = star_kwarg(mod, call, "batch_sampler")
@@ -197,6 +199,12 @@ def check_pt003(ctx) -> None:
         if not _shards_by_rank(mod, ds):  # ``ImageDataset(files, shard=rank, num_shards=world_size)`` reads its part
             ctx.emit("PT003", call, "DataLoader under DDP without a DistributedSampler: every rank reads "
                                     "the whole dataset")
+
+
+def _check_pt003_helpers(ctx) -> None:
+    for call, fn in unsharded_loader_helpers(ctx.mod):
+        ctx.emit("PT003", call, f"`{fn.name}()` (another module of the project) returns a shuffled DataLoader without "
+                                "a DistributedSampler, used here under DDP: every rank reads the whole dataset")
 
 
 def check_pt004(ctx) -> None:
