@@ -292,3 +292,47 @@ def test_pt003_training_loader_built_by_a_helper_module(tmp_path, helper, extra,
     main.write_text(textwrap.dedent(DDP_TRAIN).format(helper=helper, extra=extra))
     found = [(f.rule_id, f.line) for f in check_path(main, select=list(RULES)) if f.rule_id == "PT003"]
     assert found == ([("PT003", 8)] if reported else [])
+
+
+MODELS = """
+import torchvision
+
+def build_model(name="resnet50", num_classes=10):
+    model = torchvision.models.resnet50(num_classes=num_classes)
+    return model
+
+def build_synced(num_classes=10):
+    import torch
+    return torch.nn.SyncBatchNorm.convert_sync_batchnorm(torchvision.models.resnet18(num_classes=num_classes))
+"""
+
+
+@pytest.mark.parametrize("helper,reported", [("build_model", True), ("build_synced", False)])
+def test_pt008_batchnorm_model_built_by_a_helper_module(tmp_path, helper, reported):
+    (tmp_path / "models.py").write_text(textwrap.dedent(MODELS))
+    main = tmp_path / "train.py"
+    main.write_text(textwrap.dedent(f"""
+        import torch
+        import torch.distributed as dist
+        from models import {helper}
+        dist.init_process_group("nccl")
+        model = {helper}(num_classes=100).cuda()
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    """))
+    found = [(f.rule_id, f.line) for f in check_path(main, select=list(RULES)) if f.rule_id == "PT008"]
+    assert found == ([("PT008", 7)] if reported else [])
+
+
+def test_pt007_helper_write_under_an_unfollowed_predicate_is_not_counted(tmp_path):
+    (tmp_path / "ckpt.py").write_text(textwrap.dedent("""
+        import torch
+        from utils.dist import is_logging_process
+        class Checkpointer:
+            def save(self, state, epoch):
+                if is_logging_process():
+                    torch.save(state, f"epoch{epoch}.pt")
+    """))
+    (tmp_path / "__init__.py").write_text("")
+    main = tmp_path / "train.py"
+    main.write_text(textwrap.dedent(TRAIN).format(cls="Checkpointer", save="saver.save(model.state_dict(), epoch)"))
+    assert [f for f in check_path(main, select=list(RULES)) if f.rule_id == "PT007"] == []

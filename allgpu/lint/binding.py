@@ -257,12 +257,34 @@ def instance_calls(mod, fn: ast.AST) -> list[ast.Call]:
     cls = mod.parent.get(id(fn))
     if not isinstance(cls, ast.ClassDef) or mod.is_foreign(fn):
         return []
+    index = mod.__dict__.get("_instance_calls")
+    if index is None:  # method name -> calls ``x.name(...)`` on something other than self/cls
+        index = {}
+        for call, qn in mod.calls:
+            func = call.func
+            if qn is None and isinstance(func, ast.Attribute) and isinstance(func.value, (ast.Name, ast.Attribute)) \
+                    and not (isinstance(func.value, ast.Name) and func.value.id in ("self", "cls")):
+                index.setdefault(func.attr, []).append(call)
+        mod.__dict__["_instance_calls"] = index
     out = []
-    for call, qn in mod.calls:
-        func = call.func
-        if qn is None and isinstance(func, ast.Attribute) and func.attr == fn.name and \
-                not (isinstance(func.value, ast.Name) and func.value.id in ("self", "cls")):
-            found = instance_class(mod, func.value, call)
-            if found is not None and found[1] is cls:
-                out.append(call)
+    for call in index.get(fn.name, ()):
+        found = instance_class(mod, call.func.value, call)
+        if found is not None and found[1] is cls:
+            out.append(call)
     return out
+
+
+def maybe_instance(mod, obj: ast.expr, at: ast.AST) -> bool:
+    """Cheap test before :func:`instance_class`: is ``obj`` bound to a call of a capitalised name (``Cls(...)``,
+    ``mod.Cls(...)``) or an annotated parameter? (Resolving the class may parse the project's modules.)"""
+    for value in mod.values_of(obj)[:3]:
+        if isinstance(value, ast.Call):
+            f = value.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name[:1].isupper() and not (mod.qualname(f) or "").startswith(("torch.", "accelerate.", "deepspeed.")):
+                return True
+    return isinstance(obj, ast.Name) and any(
+        isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            x.arg == obj.id and x.annotation is not None
+            for x in (*a.args.posonlyargs, *a.args.args, *a.args.kwonlyargs))
+        for a in mod.ancestors(at))

@@ -12,19 +12,20 @@ from __future__ import annotations
 import ast
 
 from allgpu.lint import torch_train
+from allgpu.lint.project import LIBRARIES as _LIBRARIES
 from allgpu.lint.resolve import dotted
 
 _LOADERS = ("torch.utils.data.DataLoader", "torchdata.stateful_dataloader.StatefulDataLoader")
 _SHARD_WORDS = ("sampler", "rank", "world", "shard", "replica", "distributed", "process_index", "num_processes")
 
 
-def unsharded_loader_helpers(mod) -> list[tuple[ast.Call, ast.FunctionDef]]:
+def unsharded_loader_helpers(mod, wanted=lambda call: True) -> list[tuple[ast.Call, ast.FunctionDef]]:
     """``(call, helper)`` for each call in this file of a project helper from another module that returns a
-    shuffled DataLoader with no sampler."""
+    shuffled DataLoader with no sampler; only calls ``wanted(call)`` accepts are resolved (checked first)."""
     memo: dict[int, bool] = {}
     out = []
     for call, qn in mod.calls:
-        if qn is None or mod.is_foreign(call):
+        if qn is None or qn.split(".")[0] in _LIBRARIES or mod.is_foreign(call) or not wanted(call):
             continue  # a helper imported from the project has a qualified name (``.data.get_loader``)
         for fn in mod.local_functions(call.func):
             if not mod.is_foreign(fn):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 _CACHE: dict[tuple[str, int, int], object] = {}
 # Import roots that are libraries, never the project's own files (saves the file-system probes).
-_LIBRARIES = frozenset({"tensorflow", "keras", "torch", "torchvision", "numpy", "os", "sys", "allgpu", "jax",
+LIBRARIES = frozenset({"tensorflow", "keras", "torch", "torchvision", "numpy", "os", "sys", "allgpu", "jax",
                         "horovod", "transformers", "tf_keras", "tensorflow_datasets", "absl", "time", "json",
                         "math", "random", "argparse", "logging", "functools", "collections", "pathlib"})
 _MAX_BYTES = 1 << 20
@@ -33,7 +33,7 @@ class Importer:
         """The Module for ``"helpers"``, ``"pkg.utils"`` or ``".utils"`` (relative), or None if not in the project."""
         if dotted not in self._memo:
             root = dotted.split(".")[0]
-            self._memo[dotted] = None if root in _LIBRARIES else self._find(dotted)
+            self._memo[dotted] = None if root in LIBRARIES else self._find(dotted)
         return self._memo[dotted]
 
     def _find(self, dotted: str):

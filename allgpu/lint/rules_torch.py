@@ -10,6 +10,7 @@ import ast
 import re
 
 from allgpu.lint import tfdata, torch_train
+from allgpu.lint.accumulation import stepped_every_k
 from allgpu.lint.helper_loaders import unsharded_loader_helpers
 from allgpu.lint.helper_saves import object_saves
 from allgpu.lint.rank_guard import calls_collective, guarded, node_guarded, rankish
@@ -202,7 +203,11 @@ def check_pt003(ctx) -> None:
 
 
 def _check_pt003_helpers(ctx) -> None:
-    for call, fn in unsharded_loader_helpers(ctx.mod):
+    def trained(call):
+        st = ctx.mod.parent.get(id(call))
+        return isinstance(st, ast.Assign) and any(_trains_over(ctx, dotted(t)) for t in st.targets if dotted(t))
+
+    for call, fn in unsharded_loader_helpers(ctx.mod, trained):
         ctx.emit("PT003", call, f"`{fn.name}()` (another module of the project) returns a shuffled DataLoader without "
                                 "a DistributedSampler, used here under DDP: every rank reads the whole dataset")
 
@@ -271,7 +276,7 @@ def check_pt006(ctx) -> None:
     does = lambda c, feature: _does(mod, facts, c, feature)  # noqa: E731
     if mod.is_imported("accelerate"):  # Accelerate syncs every backward unless accelerator.accumulate(model)
         if "accumulate" not in mod.attrs:
-            found = torch_train.micro_step_backwards(mod, facts, backward) or torch_train.stepped_every_k(ctx, does)[:1]
+            found = torch_train.micro_step_backwards(mod, facts, backward) or stepped_every_k(ctx, does)[:1]
             for back in found:
                 ctx.emit("PT006", back, "accumulating gradients over micro-steps under Accelerate without "
                                         "`with accelerator.accumulate(model):` (or no_sync): every micro-step all-reduces")
@@ -286,7 +291,7 @@ def check_pt006(ctx) -> None:
             return
     if not wrapped:
         return
-    for back in torch_train.stepped_every_k(ctx, does)[:1]:
+    for back in stepped_every_k(ctx, does)[:1]:
         ctx.emit("PT006", back, "accumulating gradients under DDP without model.no_sync(): every micro-step all-reduces")
         return
     for back in torch_train.micro_step_backwards(mod, facts, backward):
@@ -314,10 +319,9 @@ def check_pt007(ctx) -> None:
                                     "process per node writes the same file; guard with `dist.get_rank() == 0`")
         else:
             ctx.emit("PT007", call, "torch.save runs on every rank: guard it with `if dist.get_rank() == 0:`")
-    for call, where in object_saves(mod):
-        if on_all(call) and not guarded(mod, call):
-            ctx.emit("PT007", call, f"`{ast.unparse(call.func)}()` writes with torch.save ({where}) and runs on every "
-                                    "rank: guard the call with `if dist.get_rank() == 0:`")
+    for call, where in object_saves(mod, lambda c: on_all(c) and not guarded(mod, c)):
+        ctx.emit("PT007", call, f"`{ast.unparse(call.func)}()` writes with torch.save ({where}) and runs on every "
+                                "rank: guard the call with `if dist.get_rank() == 0:`")
 
 
 def check_pt008(ctx) -> None:
@@ -330,7 +334,8 @@ def check_pt008(ctx) -> None:
             ctx.emit("PT008", call, "BatchNorm in a DDP model without SyncBatchNorm: statistics come from "
                                     "each GPU's own batch")
             return
-    bn_calls = torch_train.library_bn_model_calls(mod)
+    bn_calls = torch_train.library_bn_model_calls(mod, [c for c, qn in mod.calls
+                                                        if qn == "torch.nn.parallel.DistributedDataParallel"])
     if bn_calls:
         # a torchvision/timm BatchNorm model (resnet, densenet...): report where that model is wrapped
         for call, qn in mod.calls:

@@ -36,14 +36,58 @@ def _arch_name(mod, call: ast.Call) -> str | None:
     return None
 
 
-def library_bn_model_calls(mod) -> list[ast.Call]:
-    """Calls that build a library model with BatchNorm layers (a dynamic torchvision arch counts: most have)."""
-    out = []
-    for call, _ in mod.calls:
+def library_bn_model_calls(mod, wraps: list[ast.Call] = ()) -> list[ast.Call]:
+    """Calls that build a library model with BatchNorm layers (a dynamic torchvision arch counts: most have),
+    and, among the calls whose result reaches one of ``wraps`` (the DDP calls), calls of a project helper in
+    another module that builds one (``model = build_model(args)`` with ``models.py`` calling
+    ``torchvision.models.resnet50()`` and never converting to SyncBatchNorm)."""
+    out, memo = [], {}
+    feeding = {id(c) for w in wraps for c in _feeding_calls(mod, w)}
+    for call, qn in mod.calls:
         arch = _arch_name(mod, call)
         if arch and (arch == "<any torchvision>" or _BN_ARCH.match(arch.lower())):
             out.append(call)
+        elif id(call) in feeding and qn and not qn.startswith(("torch", "timm")) and not mod.is_foreign(call):
+            for fn in mod.local_functions(call.func):
+                if mod.is_foreign(fn):
+                    if id(fn) not in memo:
+                        memo[id(fn)] = _builds_bn_model(mod.owner(fn), fn)
+                    if memo[id(fn)]:
+                        out.append(call)
     return out
+
+
+def _feeding_calls(mod, wrap: ast.Call) -> list[ast.Call]:
+    """The calls whose result the module ``wrap`` wraps, through names and ``.cuda()``/``.to()`` (depth 4)."""
+    target = wrap.args[0] if wrap.args else next((k.value for k in wrap.keywords if k.arg == "module"), None)
+    out, todo, seen = [], [(target, 0)], set()
+    while todo:
+        node, depth = todo.pop()
+        if node is None or depth > 4 or id(node) in seen:
+            continue
+        seen.add(id(node))
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "cuda", "to", "half", "float", "train"):
+            node = node.func.value
+        if isinstance(node, ast.Call):
+            out.append(node)
+        elif isinstance(node, (ast.Name, ast.Attribute)):
+            todo += [(v, depth + 1) for v in mod.values_of(node)]
+    return out
+
+
+def _builds_bn_model(owner, fn) -> bool:
+    if owner is None or not any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fn)):
+        return False
+    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
+    names = {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(fn) if isinstance(n, (ast.Name, ast.Attribute))}
+    if any(re.search(r"(?i)sync_?batch_?norm|sync_?bn", n) for n in names):
+        return False
+    for call in calls:
+        arch = _arch_name(owner, call)
+        if arch and (arch == "<any torchvision>" or _BN_ARCH.match(arch.lower())):
+            return True
+    return False
 
 
 def distributed_aware(mod) -> bool:
@@ -265,104 +309,3 @@ def evaluation_sampler(mod, call: ast.Call) -> bool:
     if fn is not None and _EVAL_WORD.match(fn.name.lstrip("_").split("_")[0]):
         return True  # ``validate()``, ``evaluate_model()``, ``test_epoch()``
     return any(_EVAL_WORD.match(w) for w in words)
-
-
-_ACCUM_TEST = re.compile(r"accum|micro|update|sync")
-
-
-def under_accumulation_test(mod, node: ast.AST, loop: ast.AST) -> bool:
-    """Is ``node`` under an ``if`` (inside ``loop``) that counts micro-steps: ``(i + 1) % k == 0``,
-    ``ni - last_opt_step >= accumulate``? (``if use_amp: scaler.step(opt)`` is not one.)"""
-    for anc in mod.ancestors(node):
-        if anc is loop:
-            return False
-        if isinstance(anc, ast.If):
-            for n in ast.walk(anc.test):
-                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
-                    return True
-                name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
-                if name and _ACCUM_TEST.search(name.lower()):
-                    return True
-    return False
-
-
-def stepped_every_k(ctx, does) -> list[ast.Call]:
-    """The unconditional backward of each loop that steps the optimizer only under a micro-step test
-    (``if (i + 1) % accum_steps == 0: optimizer.step()``), in a file that names an accumulation count; and of
-    each step method a framework calls once per batch (``loss.backward()`` then ``if update_idx % period ==
-    period - 1: self.optimizer.step()`` in one function, no loop of its own: ClassyVision's ``run_optimizer``)."""
-    mod, facts = ctx.mod, ctx.facts
-    out = []
-    if any(_ACCUM.search(n.lower()) for n in mod.name_ids | mod.attrs.keys()):
-        for loop in mod.loops:
-            back = _backward_stepped_every_k(mod, facts, does, loop, loop.body, under_accumulation_test)
-            if back is not None:
-                out.append(back)
-    for fn in _modulo_step_functions(mod, facts):
-        back = _backward_stepped_every_k(mod, facts, does, fn, fn.body, _under_modulo_test)
-        if back is not None and not any(back is b for b in out):
-            out.append(back)
-    return out
-
-
-def _modulo_step_functions(mod, facts) -> list:
-    """Functions with an ``optimizer.step()`` of their own under a ``%`` test (found from the calls: cheap)."""
-    out = []
-    for call, qn in mod.calls:
-        if qn is None and isinstance(call.func, ast.Attribute) and "optstep" in facts.call_features(call):
-            fn = mod.enclosing_function(call)
-            if fn is not None and not any(f is fn for f in out) and _under_modulo_test(mod, call, fn):
-                out.append(fn)
-    return out
-
-
-def _backward_stepped_every_k(mod, facts, does, root, body, step_test) -> ast.Call | None:
-    """The first backward in ``body`` that runs on every pass when an optimizer step in it runs only under
-    ``step_test``; a backward in an ``if``/``else`` whose other branch backwards too (``if amp: scaled.backward()
-    else: loss.backward()``) runs on every pass."""
-    nodes = [n for n in iter_body_nodes(body) if isinstance(n, ast.Call)]
-    if not any(step_test(mod, n, root) and does(n, "optstep") for n in nodes):
-        return None  # the cheap test first: few calls sit under a micro-step test
-    steps = [n for n in nodes if does(n, "optstep")]
-    if isinstance(root, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        # a per-batch step function: straight-line code (loops inside are the loop variant's), every step under
-        # the test (a GAN's generator stepped every n_critic batches beside a discriminator stepped each one is not)
-        nodes = [n for n in nodes if not any(isinstance(a, (ast.For, ast.AsyncFor, ast.While)) for a in
-                                             _ancestors_below(mod, n, root))]
-        if not all(step_test(mod, n, root) for n in steps):
-            return None
-    return next((n for n in nodes if does(n, "backward") and _always_runs(mod, does, n, root)), None)
-
-
-def _ancestors_below(mod, node: ast.AST, root: ast.AST):
-    for anc in mod.ancestors(node):
-        if anc is root:
-            return
-        yield anc
-
-
-def _always_runs(mod, does, node: ast.AST, root: ast.AST) -> bool:
-    child = node
-    for anc in mod.ancestors(node):
-        if anc is root:
-            return True
-        if isinstance(anc, ast.IfExp):
-            return False
-        if isinstance(anc, ast.If):
-            other = anc.orelse if any(child is st for st in anc.body) else anc.body if any(
-                child is st for st in anc.orelse) else None
-            if not other or not any(isinstance(n, ast.Call) and does(n, "backward") for n in iter_body_nodes(other)):
-                return False
-        child = anc
-    return False
-
-
-def _under_modulo_test(mod, node: ast.AST, fn: ast.AST) -> bool:
-    """``node`` sits under ``if idx % period == period - 1:`` (a ``%`` compared in the test) inside ``fn``."""
-    for anc in mod.ancestors(node):
-        if anc is fn:
-            return False
-        if isinstance(anc, ast.If) and any(isinstance(n, ast.Compare) and any(
-                isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(n)) for n in ast.walk(anc.test)):
-            return True
-    return False

@@ -1,0 +1,127 @@
+"""Gradient accumulation that steps the optimizer every k micro-steps while ``backward()`` runs on each, for
+PT006: in a training loop (``if (i + 1) % accum_steps == 0: optimizer.step()``) and in a per-batch step method
+a framework calls once per batch (ClassyVision's ``run_optimizer``)."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from allgpu.lint.resolve import dotted, iter_body_nodes
+from allgpu.lint.torch_train import _ACCUM
+
+_ACCUM_TEST = re.compile(r"accum|micro|update|sync")
+
+
+def under_accumulation_test(mod, node: ast.AST, loop: ast.AST) -> bool:
+    """Is ``node`` under an ``if`` (inside ``loop``) that counts micro-steps: ``(i + 1) % k == 0``,
+    ``ni - last_opt_step >= accumulate``? (``if use_amp: scaler.step(opt)`` is not one.)"""
+    for anc in mod.ancestors(node):
+        if anc is loop:
+            return False
+        if isinstance(anc, ast.If):
+            for n in ast.walk(anc.test):
+                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
+                    return True
+                name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
+                if name and _ACCUM_TEST.search(name.lower()):
+                    return True
+    return False
+
+
+def stepped_every_k(ctx, does) -> list[ast.Call]:
+    """The unconditional backward of each loop that steps the optimizer only under a micro-step test
+    (``if (i + 1) % accum_steps == 0: optimizer.step()``), in a file that names an accumulation count; and of
+    each step method a framework calls once per batch (``loss.backward()`` then ``if update_idx % period ==
+    period - 1: self.optimizer.step()`` in one function, no loop of its own: ClassyVision's ``run_optimizer``)."""
+    mod, facts = ctx.mod, ctx.facts
+    out = []
+    if any(_ACCUM.search(n.lower()) for n in mod.name_ids | mod.attrs.keys()):
+        for loop in mod.loops:
+            back = _backward_stepped_every_k(mod, facts, does, loop, loop.body, under_accumulation_test)
+            if back is not None:
+                out.append(back)
+    for fn in _modulo_step_functions(mod, facts):
+        back = _backward_stepped_every_k(mod, facts, does, fn, fn.body, _under_modulo_test)
+        if back is not None and not any(back is b for b in out):
+            out.append(back)
+    return out
+
+
+def _modulo_step_functions(mod, facts) -> list:
+    """Functions with an ``optimizer.step()`` of their own under a ``%`` test (found from the calls: cheap)."""
+    out = []
+    for call, qn in mod.calls:
+        if qn is None and isinstance(call.func, ast.Attribute) and "optstep" in facts.call_features(call):
+            fn = mod.enclosing_function(call)
+            if fn is not None and not any(f is fn for f in out) and _under_modulo_test(mod, call, fn):
+                out.append(fn)
+    return out
+
+
+def _backward_stepped_every_k(mod, facts, does, root, body, step_test) -> ast.Call | None:
+    """The first backward in ``body`` that runs on every pass when an optimizer step in it runs only under
+    ``step_test``; a backward in an ``if``/``else`` whose other branch backwards too (``if amp: scaled.backward()
+    else: loss.backward()``) runs on every pass."""
+    nodes = [n for n in iter_body_nodes(body) if isinstance(n, ast.Call)]
+    if not any(step_test(mod, n, root) and does(n, "optstep") for n in nodes):
+        return None  # the cheap test first: few calls sit under a micro-step test
+    steps = [n for n in nodes if does(n, "optstep")]
+    if isinstance(root, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        # a per-batch step function: straight-line code (loops inside are the loop variant's), every step under
+        # the test (a GAN's generator stepped every n_critic batches beside a discriminator stepped each one is not)
+        nodes = [n for n in nodes if not any(isinstance(a, (ast.For, ast.AsyncFor, ast.While)) for a in
+                                             _ancestors_below(mod, n, root))]
+        if not all(step_test(mod, n, root) for n in steps):
+            return None
+    backs = [n for n in nodes if does(n, "backward") and _always_runs(mod, does, n, root)]
+    tested = [n for n in steps if _under_modulo_test(mod, n, root)] or [n for n in steps if step_test(mod, n, root)]
+    # of ``if accum > 1: loss.backward(); if (i + 1) % accum == 0: step()  else: loss.backward(); step()``, the
+    # backward on the accumulating branch (the one whose branch holds the tested step)
+    return next((b for b in backs if _shares_branch(mod, b, tested, root)), backs[0] if backs else None)
+
+
+def _shares_branch(mod, node: ast.AST, others: list, root: ast.AST) -> bool:
+    """Is one of ``others`` on the same side (body or else) of ``node``'s nearest ``if``?"""
+    child = node
+    for anc in _ancestors_below(mod, node, root):
+        if isinstance(anc, ast.If):
+            side = anc.body if any(child is st for st in anc.body) else anc.orelse
+            ids = {id(st) for st in side}
+            return any(any(id(a) in ids for a in (o, *mod.ancestors(o))) for o in others)
+        child = anc
+    return True
+
+
+def _ancestors_below(mod, node: ast.AST, root: ast.AST):
+    for anc in mod.ancestors(node):
+        if anc is root:
+            return
+        yield anc
+
+
+def _always_runs(mod, does, node: ast.AST, root: ast.AST) -> bool:
+    child = node
+    for anc in mod.ancestors(node):
+        if anc is root:
+            return True
+        if isinstance(anc, ast.IfExp):
+            return False
+        if isinstance(anc, ast.If):
+            other = anc.orelse if any(child is st for st in anc.body) else anc.body if any(
+                child is st for st in anc.orelse) else None
+            if not other or not any(isinstance(n, ast.Call) and does(n, "backward") for n in iter_body_nodes(other)):
+                return False
+        child = anc
+    return False
+
+
+def _under_modulo_test(mod, node: ast.AST, fn: ast.AST) -> bool:
+    """``node`` sits under ``if idx % period == period - 1:`` (a ``%`` compared in the test) inside ``fn``."""
+    for anc in mod.ancestors(node):
+        if anc is fn:
+            return False
+        if isinstance(anc, ast.If) and any(isinstance(n, ast.Compare) and any(
+                isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(n)) for n in ast.walk(anc.test)):
+            return True
+    return False
