@@ -137,7 +137,14 @@ def _passed_as(ctx) -> dict[str, list]:
 
 
 def _trains_over(ctx, name: str, depth: int = 0) -> bool:
-    """Is ``name`` iterated by a training loop (here, or in a local function it is passed to)?"""
+    """Is ``name`` iterated by a training loop (here, or in a local function it is passed to)? Memoised."""
+    memo = ctx.mod.__dict__.setdefault("_pt_trains_over", {})
+    if (name, depth) not in memo:
+        memo[(name, depth)] = _find_trains_over(ctx, name, depth)
+    return memo[(name, depth)]
+
+
+def _find_trains_over(ctx, name: str, depth: int) -> bool:
     mod, facts = ctx.mod, ctx.facts
     for loop in _loops_over(ctx).get(name, []):
         if facts.features(loop.body, loop) & {"backward", "optstep"}:
@@ -152,17 +159,6 @@ def _trains_over(ctx, name: str, depth: int = 0) -> bool:
             if i < len(params) and _trains_over(ctx, params[i], depth + 1):
                 return True
     return False
-
-
-def _shards_by_rank(mod, ds: ast.expr | None) -> bool:
-    """The dataset is built with the process's rank (it reads only its own part)."""
-    if isinstance(ds, ast.Call):
-        return any(rankish(a) for a in list(ds.args) + [k.value for k in ds.keywords])
-    key = dotted(ds)
-    cache = mod.__dict__.setdefault("_shards_by_rank", {})
-    if key not in cache:
-        cache[key] = any(isinstance(v, ast.Call) and _shards_by_rank(mod, v) for v in mod.values_of(ds))
-    return cache[key]
 
 
 def check_pt003(ctx) -> None:
@@ -189,7 +185,7 @@ def check_pt003(ctx) -> None:
             # an iterable dataset takes no sampler: it must shard itself by rank; one of the project's own that
             # never reads a rank or splits its stream gives every rank all of it
             cls = torch_train.unsharded_iterable_class(mod, ds)
-            if cls is not None and not _shards_by_rank(mod, ds) and any(n and _trains_over(ctx, n) for n in names):
+            if cls is not None and not torch_train.shards_by_rank(mod, ds) and any(n and _trains_over(ctx, n) for n in names):
                 ctx.emit("PT003", call, f"DataLoader under DDP over `{cls.name}`, an IterableDataset that never "
                                         "splits its stream by rank: every rank reads all of it")
             continue
@@ -197,7 +193,7 @@ def check_pt003(ctx) -> None:
         shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True
         if not (shuffled or any(n and _trains_over(ctx, n) for n in names)):
             continue
-        if not _shards_by_rank(mod, ds):  # ``ImageDataset(files, shard=rank, num_shards=world_size)`` reads its part
+        if not torch_train.shards_by_rank(mod, ds):  # ``ImageDataset(files, shard=rank, num_shards=world_size)`` reads its part
             ctx.emit("PT003", call, "DataLoader under DDP without a DistributedSampler: every rank reads "
                                     "the whole dataset")
 

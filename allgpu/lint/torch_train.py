@@ -13,6 +13,7 @@ import ast
 import re
 
 from allgpu.lint.binding import name_loads
+from allgpu.lint.rank_guard import rankish
 from allgpu.lint.resolve import const_str, dotted, iter_body_nodes
 
 # torchvision/timm architectures built with BatchNorm layers (ViT, Swin, ConvNeXt, AlexNet, plain VGG have none)
@@ -309,3 +310,14 @@ def evaluation_sampler(mod, call: ast.Call) -> bool:
     if fn is not None and _EVAL_WORD.match(fn.name.lstrip("_").split("_")[0]):
         return True  # ``validate()``, ``evaluate_model()``, ``test_epoch()``
     return any(_EVAL_WORD.match(w) for w in words)
+
+
+def shards_by_rank(mod, ds: ast.expr | None) -> bool:
+    """The dataset is built with the process's rank (it reads only its own part)."""
+    if isinstance(ds, ast.Call):
+        return any(rankish(a) for a in list(ds.args) + [k.value for k in ds.keywords])
+    key = dotted(ds)
+    cache = mod.__dict__.setdefault("_shards_by_rank", {})
+    if key not in cache:
+        cache[key] = any(isinstance(v, ast.Call) and shards_by_rank(mod, v) for v in mod.values_of(ds))
+    return cache[key]
