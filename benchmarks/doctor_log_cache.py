@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from text_cache import check, incomplete, parse_stage, read_rows, sha256  # noqa: E402
+from text_cache import check, incomplete, parse_stage, read_rows, sha256, write_rows  # noqa: E402
 
 HERE = Path(__file__).resolve().parent / "doctor_logs"
 REFERENCES = HERE / "real_threads.jsonl"
@@ -105,7 +104,7 @@ def add(stage: Path, path: Path = REFERENCES, round_: int = 1) -> int:
                      "sha256": sha256(text), "round": round_,
                      "split": split_of(meta["repo"], issue) if round_ == 1 or round_ >= 4 else "held-out"})
         added += 1
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    write_rows(path, rows)
     return added
 
 

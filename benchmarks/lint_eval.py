@@ -30,7 +30,7 @@ from pathlib import Path
 from allgpu.lint.author_score import AuthorScore, Tally, fmt_rate, score_entry, wilson
 from allgpu.lint.catalog import DEFAULT_OFF, RULES
 from allgpu.lint.checker import check_path
-from allgpu.lint.corpus_score import CorpusScore, read_rows, score_corpus
+from allgpu.lint.corpus_score import read_rows, score_corpus
 from allgpu.lint.evaluate import evaluate, generate_source, measure_speed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,8 +139,6 @@ def run_author(args, select, label: str) -> None:
         print(f" {split}: {sc.entries} entries, {len({e['repo'] for e in part})} repositories, "
               f"{len(sc.crashes)} crash(es); TN = after-fix versions not reported")
         print_tallies(sc)
-        for c in sc.crashes:
-            print(f"  CRASH {c}")
         if args.mistakes:
             by_id = {e["id"]: e for e in part}
             for eid, version, rid, kind, where in sorted(sc.mistakes):
@@ -149,12 +147,15 @@ def run_author(args, select, label: str) -> None:
 
 
 def print_tallies(sc: AuthorScore) -> None:
+    """The per-label, per-framework and overall tallies, then any crash."""
     print(HEAD + f" {'TN':>3}")
     for name, s in sorted(sc.labels.items()):
         print(row_line(name, s) + f" TN {s.tn}")
     for fam, name in (("tf", "TF/Keras"), ("pt", "PyTorch")):
         print(row_line(name, sc.frameworks.get(fam, Tally())) + f" TN {sc.frameworks.get(fam, Tally()).tn}")
     print(row_line("all", sc.total) + f" TN {sc.total.tn}")
+    for c in sc.crashes:
+        print(f"  CRASH {c}")
 
 
 def score_threads(rows: list[dict], paths: dict, select) -> AuthorScore:
@@ -188,8 +189,6 @@ def run_threads(args, select, label: str) -> int:
         sc = score_threads([r for r in rows if r["split"] == split], paths, select)
         print(f" {split}: {sc.entries} snippets, {len(sc.crashes)} crash(es); TN = correct snippets not reported")
         print_tallies(sc)
-        for c in sc.crashes:
-            print(f"  CRASH {c}")
         if args.mistakes:
             by_id = {r["id"]: r for r in rows}
             for tid, version, rid, kind, where in sorted(sc.mistakes):

@@ -25,6 +25,11 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` to ``path`` as JSON lines (UTF-8, non-ASCII kept as is)."""
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
 def check(rows: list[dict], directory: Path, suffix: str) -> tuple[dict[str, Path], list[str], list[str]]:
     """``(found, missing, differ)``: ``{id: path}`` of the cached texts matching their row's sha256, the ids
     without a file, and the ids whose file does not match."""

@@ -57,7 +57,7 @@ _TF_BUILD_CUDA = ((1, 5, "9.0"), (1, 13, "10.0"), (2, 1, "10.1"), (2, 4, "11.0")
 
 
 def cuda_from_tag(tag: str) -> str:
-    """``"121"`` -> ``"12.1"``, ``"92"`` -> ``"9.2"`` (PyTorch's ``+cuXXX`` tags)."""
+    """``"121"`` -> ``"12.1"``, ``"92"`` -> ``"9.2"`` (the digits of PyTorch's ``+cu121``-style tags)."""
     return f"{tag[:-1]}.{tag[-1]}"
 
 

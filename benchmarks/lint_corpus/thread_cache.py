@@ -27,7 +27,6 @@ repository is in the same half in both corpora), by ``site/thread`` elsewhere; f
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -35,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 from author_split import half  # noqa: E402
-from text_cache import check, incomplete, parse_stage, read_rows as _read_rows, sha256  # noqa: E402
+from text_cache import check, incomplete, parse_stage, read_rows as _read_rows, sha256, write_rows  # noqa: E402
 
 THREADS = HERE / "thread_labels.jsonl"
 FIELDS = ("url", "repo", "site", "thread", "code_in", "path", "commit", "settled_by", "settled_ref", "framework", "note")
@@ -101,7 +100,7 @@ def add(stage: Path, path: Path = THREADS, directory: Path | None = None) -> int
         row["split"] = half(split_key(row))
         rows.append(row)
         added += 1
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    write_rows(path, rows)
     return added
 
 
