@@ -1,14 +1,19 @@
 """Rebuild the author-labelled lint corpus (benchmarks/lint_corpus/author_labels.jsonl) into a cache folder.
 
-Run: python benchmarks/lint_corpus_build.py [--cache DIR] [--mirror-root DIR] [--offline] [--force]
+Run: python benchmarks/lint_corpus_build.py [--cache DIR] [--mirror-root DIR] [--offline] [--force] [--single]
 
 Every entry names a file in a public repository at two commits: ``before`` (the parent of the authors' fixing
 commit: a positive for the entry's labels) and ``after`` (the fixing commit: a negative for them). Each version
 is read from a local bare git mirror (``MIRROR_ROOT/owner+name/<git dir>``, as the ``fetch`` tool leaves them,
 ``git show COMMIT:PATH``), else downloaded from ``raw.githubusercontent.com`` (unless ``--offline``), and kept
 only when its sha256 equals the recorded one. Files land in ``CACHE/<id>/before/<name>`` and
-``CACHE/<id>/after/<name>``; nothing of them is ever committed. An entry that cannot be had is skipped with
-the reason; the script never stops on one. Exit code 0 when every entry is complete, 1 otherwise.
+``CACHE/<id>/after/<name>`` (single-file mode), and again inside a copy of its project at the same commit,
+``CACHE/<id>/tree-<version>/<path>`` (project-context mode: the file's folder and the project modules its imports
+resolve to, ``lint_corpus/project_tree.py``; what was taken is listed with sha256 in
+``CACHE/<id>/tree-<version>.json``), since `allgpu lint` follows helpers into those modules as it does on a user's
+repository. The project tree needs the mirror; without one the entry stays single-file (reported). ``--single``
+builds only the single-file copies. Nothing of them is ever committed. An entry that cannot be had is skipped
+with the reason; the script never stops on one. Exit code 0 when every entry is complete, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lint_corpus"))
-from fetch import DEFAULT_MIRRORS, from_github, from_mirror  # noqa: E402
+from fetch import DEFAULT_MIRRORS, _git_dirs, from_github, from_mirror  # noqa: E402
+from project_tree import DEPTH, project_files  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 LABELS = HERE / "lint_corpus" / "author_labels.jsonl"
@@ -37,6 +44,16 @@ def read_entries(path: Path = LABELS) -> list[dict]:
 def cached_file(cache: Path, entry: dict, version: str) -> Path:
     """Where ``entry``'s ``version`` ("before" or "after") lives in the cache."""
     return cache / entry["id"] / version / Path(entry["path"]).name
+
+
+def project_file(cache: Path, entry: dict, version: str) -> Path:
+    """Where ``entry``'s ``version`` lives inside its project's tree in the cache (project-context mode)."""
+    return cache / entry["id"] / f"tree-{version}" / entry["path"]
+
+
+def manifest_file(cache: Path, entry: dict, version: str) -> Path:
+    """The record of what the project tree of ``entry``'s ``version`` holds."""
+    return cache / entry["id"] / f"tree-{version}.json"
 
 
 def sha256(data: bytes) -> str:
@@ -56,25 +73,58 @@ def _get(entry: dict, version: str, mirror_root: Path, network: bool) -> tuple[b
     return data, ""
 
 
+def _build_tree(entry: dict, version: str, data: bytes, cache: Path, mirror_root: Path, force: bool) -> str:
+    """Put ``data`` (the checked labelled file) at its path in a copy of its project; returns why not, or ""."""
+    manifest = manifest_file(cache, entry, version)
+    dest = project_file(cache, entry, version)
+    if manifest.is_file() and dest.is_file() and not force:
+        return ""
+    gds = _git_dirs(mirror_root, entry["repo"])
+    if not gds:
+        return f"{version}: no mirror of {entry['repo']}, single-file only"
+    try:
+        files = project_files(gds[0], entry[version], entry["path"], data)
+    except (RuntimeError, OSError, ValueError) as exc:
+        return f"{version}: project tree not read ({exc}), single-file only"
+    root = cache / entry["id"] / f"tree-{version}"
+    if root.exists():
+        shutil.rmtree(root)
+    for rel, blob in {**files, entry["path"]: data}.items():
+        out = root / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(blob)
+    manifest.write_text(json.dumps({
+        "repo": entry["repo"], "commit": entry[version], "labelled": entry["path"], "depth": DEPTH,
+        "files": {rel: sha256(blob) for rel, blob in sorted(files.items())}}, indent=1) + "\n", encoding="utf-8")
+    return ""
+
+
 def build(entries: list[dict], cache: Path, mirror_root: Path = DEFAULT_MIRRORS, network: bool = True,
-          force: bool = False) -> list[str]:
-    """Bring both versions of every entry into ``cache``; returns ``"id repo:path (why)"`` per entry skipped."""
-    skipped = []
+          force: bool = False, project: bool = True) -> tuple[list[str], list[str]]:
+    """Bring both versions of every entry into ``cache`` (and, with ``project``, into a copy of its project);
+    returns ``"id repo:path (why)"`` per entry skipped, and per entry left single-file."""
+    skipped, single = [], []
     for entry in entries:
-        reasons = []
+        reasons, alone = [], []
         for version in VERSIONS:
             dest = cached_file(cache, entry, version)
             if dest.is_file() and not force and sha256(dest.read_bytes()) == entry[f"sha256_{version}"]:
-                continue
-            data, why = _get(entry, version, mirror_root, network)
-            if data is None:
-                reasons.append(why)
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(data)
+                data = dest.read_bytes()
+            else:
+                data, why = _get(entry, version, mirror_root, network)
+                if data is None:
+                    reasons.append(why)
+                    continue
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(data)
+            why = _build_tree(entry, version, data, cache, mirror_root, force) if project else ""
+            if why:
+                alone.append(why)
         if reasons:
             skipped.append(f"{entry['id']} {entry['repo']}:{entry['path']} ({'; '.join(reasons)})")
-    return skipped
+        if alone:
+            single.append(f"{entry['id']} {entry['repo']}:{entry['path']} ({'; '.join(alone)})")
+    return skipped, single
 
 
 def main() -> int:
@@ -84,12 +134,17 @@ def main() -> int:
     ap.add_argument("--mirror-root", type=Path, default=DEFAULT_MIRRORS)
     ap.add_argument("--offline", action="store_true", help="mirrors only, no download")
     ap.add_argument("--force", action="store_true", help="rebuild files already in the cache")
+    ap.add_argument("--single", action="store_true", help="only the single-file copies, no project trees")
     args = ap.parse_args()
     entries = read_entries(args.labels)
-    skipped = build(entries, args.cache, args.mirror_root, network=not args.offline, force=args.force)
-    print(f"{len(entries) - len(skipped)}/{len(entries)} entries (both versions) in {args.cache}")
+    skipped, single = build(entries, args.cache, args.mirror_root, network=not args.offline, force=args.force,
+                            project=not args.single)
+    print(f"{len(entries) - len(skipped)}/{len(entries)} entries (both versions) in {args.cache}"
+          + ("" if args.single else f"; {len(entries) - len(skipped) - len(single)} with their project tree"))
     for s in skipped:
         print(f"  skipped: {s}")
+    for s in single:
+        print(f"  single-file only: {s}")
     return 1 if skipped else 0
 
 

@@ -5,12 +5,14 @@ Run:
     python benchmarks/lint_corpus/fetch.py                   # once: the own-reading corpus into the cache
     python benchmarks/lint_corpus_build.py                   # once: the author-fix corpus into the cache
     python benchmarks/lint_eval.py --corpus --author [--split tune|heldout|both] [--rules default|all|both]
-                                   [--mistakes]
+                                   [--context project|single|both] [--mistakes]
     python benchmarks/lint_eval.py --threads [--split ...] [--rules ...] [--mistakes]   # thread-confirmed snippets
 
 Two corpora, reported separately (issue 21):
 - ``--author``: files before and after fix commits written by the files' own authors
-  (benchmarks/lint_corpus/author_labels.jsonl); scored per (file version, label) at file level.
+  (benchmarks/lint_corpus/author_labels.jsonl); scored per (file version, label) at file level. The file is
+  linted inside a copy of its project at that commit (``--context project``, the default: how users run lint, on
+  their repository; only its own findings count) or alone (``--context single``); ``both`` reports the two.
 - ``--corpus``: files labelled by reading them (benchmarks/lint_corpus/corpus.tsv); scored per (file, rule), a
   finding counting when it lies within 3 lines of a labelled evidence line.
 - ``--threads``: code pasted in public threads where a maintainer or answerer named the pitfall
@@ -37,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from lint_corpus_build import DEFAULT_CACHE as AUTHOR_CACHE  # noqa: E402
 from lint_corpus_build import LABELS as AUTHOR_LABELS  # noqa: E402
-from lint_corpus_build import cached_file, read_entries  # noqa: E402
+from lint_corpus_build import cached_file, project_file, read_entries  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "lint_corpus"))
 import thread_cache  # noqa: E402
@@ -107,11 +109,16 @@ def run_corpus(args, select, label: str) -> None:
         run_corpus_split(rows, args, split, select)
 
 
-def score_author(entries, cache: Path, select) -> tuple[AuthorScore, list[str]]:
-    """Run the checker on both versions of every cached entry; returns the score and the ids not cached."""
+def score_author(entries, cache: Path, select, context: str = "project") -> tuple[AuthorScore, list[str]]:
+    """Run the checker on both versions of every cached entry, inside its project's tree (``context="project"``;
+    an entry whose tree is not cached is checked alone) or alone (``"single"``); returns the score and the ids
+    not cached."""
     out, missing = AuthorScore(), []
     for e in entries:
         files = {v: cached_file(cache, e, v) for v in ("before", "after")}
+        if context == "project":
+            files = {v: project_file(cache, e, v) if project_file(cache, e, v).is_file() else p
+                     for v, p in files.items()}
         if not all(p.is_file() for p in files.values()):
             missing.append(e["id"])
             continue
@@ -127,12 +134,22 @@ def score_author(entries, cache: Path, select) -> tuple[AuthorScore, list[str]]:
 
 
 def run_author(args, select, label: str) -> None:
+    for context in (["project", "single"] if args.context == "both" else [args.context]):
+        run_author_context(args, select, label, context)
+
+
+def run_author_context(args, select, label: str, context: str) -> None:
     entries = read_entries(args.labels)
+    where = ("each file in its project's tree" if context == "project" else "each file alone")
     print(f"== author-fix corpus ({len(entries)} fix commits in {len({e['repo'] for e in entries})} repositories, "
-          f"{args.labels.name}), {label} ==")
+          f"{args.labels.name}), {label}; {where} ==")
     for split in (["tune", "heldout"] if args.split == "both" else [args.split]):
         part = [e for e in entries if e["split"] == split]
-        sc, missing = score_author(part, args.author_cache, select)
+        sc, missing = score_author(part, args.author_cache, select, context)
+        alone = [e["id"] for e in part if context == "project" and not project_file(args.author_cache, e,
+                                                                                      "before").is_file()]
+        if alone:
+            print(f"  {len(alone)} entr(ies) without a project tree, checked alone: {', '.join(alone)}")
         if missing:
             print(f"  {len(missing)} entr(ies) of {split} not in the cache (run lint_corpus_build.py): "
                   f"{', '.join(missing)}")
@@ -210,6 +227,8 @@ def main() -> int:
     ap.add_argument("--threads-file", type=Path, default=thread_cache.THREADS)
     ap.add_argument("--threads-cache", type=Path, default=None, help="default: $ALLGPU_LINT_THREAD_CACHE or "
                     "~/.cache/allgpu-lint-corpus/threads")
+    ap.add_argument("--context", choices=["project", "single", "both"], default="project",
+                    help="author-fix files linted inside their project's tree (default), alone, or both reports")
     ap.add_argument("--split", choices=["tune", "heldout", "both"], default="both")
     ap.add_argument("--rules", choices=["default", "all", "both"], default="both",
                     help="the rules run: default ones, every rule, or both reports")

@@ -179,10 +179,44 @@ def test_build_takes_both_versions_from_a_mirror_and_checks_sha256(tmp_path):
             "sha256_before": sha[0], "sha256_after": sha[1]}
     bad = dict(good, id="a2", sha256_after="0" * 64)
     gone = dict(good, id="a3", repo="own/absent")
-    skipped = build.build([good, bad, gone], tmp_path / "cache", tmp_path / "m", network=False)
+    skipped, single = build.build([good, bad, gone], tmp_path / "cache", tmp_path / "m", network=False)
     assert (tmp_path / "cache" / "a1" / "after" / "train.py").read_text().endswith("num_workers=4)\n")
-    assert [s.split()[0] for s in skipped] == ["a2", "a3"]
+    assert (tmp_path / "cache" / "a1" / "tree-after" / "train.py").read_text().endswith("num_workers=4)\n")
+    assert [s.split()[0] for s in skipped] == ["a2", "a3"] and single == []
     assert "sha256" in skipped[0] and "no mirror" in skipped[1]
+
+
+@pytest.mark.replicas
+def test_build_puts_the_file_in_its_project_tree_with_the_modules_it_imports(tmp_path):
+    import hashlib
+    build = load_bench("lint_corpus_build")
+    src = tmp_path / "src"
+    files = {"pkg/train.py": "from utils import make_loader\nfrom ..common import dist\nimport models.net\n",
+             "pkg/utils.py": "import helpers2\n", "pkg/other.py": "", "pkg/notes.txt": "",
+             "helpers2.py": "", "common/dist.py": "", "models/net.py": "", "models/__init__.py": "",
+             "unrelated/x.py": "", "pkg/sub/deep.py": ""}
+    for rel, text in files.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
+    git = ["git", "-C", str(src), "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "x"], check=True)
+    commit = subprocess.run(git[:3] + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    subprocess.run(["git", "clone", "-q", "--bare", str(src), str(tmp_path / "m" / "own+repo" / "repo")], check=True)
+    sha = hashlib.sha256(files["pkg/train.py"].encode()).hexdigest()
+    entry = {"id": "a1", "repo": "own/repo", "path": "pkg/train.py", "before": commit, "after": commit,
+             "sha256_before": sha, "sha256_after": sha}
+    assert build.build([entry], tmp_path / "cache", tmp_path / "m", network=False) == ([], [])
+    manifest = json.loads(build.manifest_file(tmp_path / "cache", entry, "before").read_text())
+    # the folder's .py files, what its imports resolve to (two levels: utils -> helpers2), nothing else
+    assert sorted(manifest["files"]) == ["common/dist.py", "helpers2.py", "models/__init__.py", "models/net.py",
+                                         "pkg/other.py", "pkg/utils.py"]
+    assert manifest["commit"] == commit and manifest["files"]["pkg/other.py"] == hashlib.sha256(b"").hexdigest()
+    assert build.project_file(tmp_path / "cache", entry, "after").read_text() == files["pkg/train.py"]
+    # without a mirror for the tree (the single file is already cached), the entry stays single-file, said so
+    skipped, single = build.build([entry], tmp_path / "cache", tmp_path / "none", network=False, force=False)
+    assert skipped == [] and single == []  # cached trees are kept
 
 
 # ---- thread-confirmed snippets (issue 21): code pasted in public threads, the pitfall named by a reply -----------
