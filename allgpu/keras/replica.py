@@ -63,6 +63,8 @@ class KerasReplica:
         self._train_on_batch, self._test_on_batch = cls.train_on_batch, cls.test_on_batch
         self._metrics_result = cls.get_metrics_result
         self._train_input: ShardedInput | None = None
+        self._eval_input: ShardedInput | None = None  # what evaluate / fit's validation / test_on_batch reads
+        self._discarded: list | None = None  # metric state before a padded test step, restored before any read
         self._in_step = False
         self._batch_logs = True  # whether per-batch logs are shown or read (then each step's metrics are reduced)
         self._state_vars: list = []
@@ -154,12 +156,27 @@ class KerasReplica:
         return logs
 
     def _test_step(self, data):
+        source = self._eval_input
+        if self.world > 1 and source is not None and source.global_size and self.rank >= source.global_size:
+            # past the end of a global batch smaller than the replica count: the repeated example this replica
+            # runs (slice_bounds pads; forward collectives need every replica) must not count in any metric
+            self._discarded = [v.value.detach().clone() for v in self._metric_variables()]
         self._in_step = True
         try:
             with torch.no_grad():
                 return self.model.test_step(data[0])
         finally:
             self._in_step = False
+            self._restore_discarded()
+
+    def _metric_variables(self) -> list:
+        return [v for m in self.model.metrics for v in m.variables]
+
+    def _restore_discarded(self) -> None:
+        if self._discarded is not None:
+            for v, t in zip(self._metric_variables(), self._discarded):
+                v.assign(t)
+            self._discarded = None
 
     def _average_state(self) -> None:
         if self.world == 1 or not self._state_vars:
@@ -183,6 +200,7 @@ class KerasReplica:
         instead (one collective per step saved); every replica takes the same branch.
         """
         model = self.model
+        self._restore_discarded()  # a padded test step's update is undone before its results are read
         if self.world == 1 or (self._in_step and not self._batch_logs):
             return self._metrics_result(model)  # a step's logs nobody shows: the epoch's are reduced at its end
         variables = [v for m in model.metrics for v in m.variables if v.aggregation in _SUM + _MEAN]
@@ -255,7 +273,7 @@ class KerasReplica:
                               steps_argument="validation_steps", what="validation")
             check_same_data(val, self.strategy, "fit(validation_data=...)")
         self._prepare(train)
-        self._train_input, self._fitting = train, True
+        self._train_input, self._eval_input, self._fitting = train, val, True
         self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_train_batch_end", "on_batch_end",
                                              "on_test_batch_end")
         try:
@@ -265,7 +283,7 @@ class KerasReplica:
                              shuffle=False, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
                              validation_steps=validation_steps, validation_freq=validation_freq)
         finally:
-            self._train_input, self._fitting = None, False
+            self._train_input, self._eval_input, self._fitting = None, None, False
 
     # -- saving: one program's way ----------------------------------------------------------------------------
     def save(self, filepath, *args, **kwargs):
@@ -292,13 +310,13 @@ class KerasReplica:
             x = self._input(x, y, sample_weight, batch_size, False, steps=steps)
             check_same_data(x, self.strategy, "evaluate")
             self._prepare(x)
+            self._eval_input = x
             self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_test_batch_end")
             y = sample_weight = batch_size = None
             callbacks = wrap_callbacks(callbacks, self.strategy, None, self._sharded())
         return self._evaluate(self.model, x, y, batch_size=batch_size, verbose=self._verbose(verbose),
                               sample_weight=sample_weight, steps=steps, callbacks=callbacks,
                               return_dict=return_dict, **kwargs)
-
 
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         """``keras.Model.train_on_batch`` with ``x`` a global batch: each replica trains on its slice; one step.
@@ -316,8 +334,9 @@ class KerasReplica:
         """``keras.Model.test_on_batch`` with ``x`` a global batch, split across replicas; global logs."""
         data = self._input(x, y, sample_weight, _leading(x), False)
         self._prepare(data)
-        self._batch_logs = True
-        return self._test_on_batch(self.model, *_unpack(next(iter(data))), return_dict=return_dict)
+        self._eval_input, self._batch_logs = data, True
+        local = next(iter(data))  # data.global_size is now the global batch's
+        return self._test_on_batch(self.model, *_unpack(local), return_dict=return_dict)
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """``keras.Model.predict`` on every replica: each replica predicts its slices of every global batch and the
