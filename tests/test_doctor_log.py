@@ -311,11 +311,11 @@ SMI = """\
 
 
 def test_a_log_with_no_known_message_says_what_it_read():
-    log = SMI + "Tensor Flow Version: 2.12.0\n"
+    log = SMI + "Tensor Flow Version: 1.12.0\n"  # built with CUDA 9.0, which driver 390 runs
     verdict = verdict_from_log(read_log(log))
     notes = " ".join(verdict.notes)
     assert verdict.cause_ids == () and verdict.nothing_known
-    assert "tensorflow 2.12.0" in notes and "driver 390.87" in notes and "GeForce GTX 108..." in notes
+    assert "tensorflow 1.12.0" in notes and "driver 390.87" in notes and "GeForce GTX 108..." in notes
     assert "GPU 0 uses 9584 of 11170 MiB at 0% utilisation (memory held while idle)" in notes
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from allgpu.doctor.log_setting import tf_build_cuda
+from allgpu.doctor.log_setting import driver_cuda, tf_build_cuda
 from allgpu.doctor.log_throughput import POOR_SCALING, scaling, stalls
 
 if TYPE_CHECKING:
@@ -45,12 +45,27 @@ def _framework_of(hit: LogHit, log: LogReading) -> str | None:
     return next(iter(known)) if len(known) == 1 else None
 
 
+def _machine_candidates(log: LogReading) -> tuple[tuple[str, ...], str] | None:
+    """Candidates the operating system or a CPU-only package decides, whatever the framework."""
+    setting = log.setting
+    if setting.os == "macos":
+        return ("cpu-build",), "macOS has no CUDA: every framework build for macOS is CPU (or MPS) only"
+    if setting.os == "wsl1":
+        return ("no-driver",), "WSL1 gives Linux no GPU (CUDA needs WSL2 and the Windows NVIDIA driver)"
+    if setting.os == "colab":
+        return ("no-driver", "cpu-build"), "on Colab a runtime without a GPU shows no GPU to any framework"
+    if setting.cpu_packages:
+        return ("cpu-build", "no-driver"), f"the log names the CPU-only package {setting.cpu_packages[0]}"
+    return None
+
+
 def _unavailable_candidates(frameworks: set[str | None], log: LogReading) -> tuple[tuple[str, ...], str]:
     """Causes of "no GPU available", most likely first, and why that order."""
     setting = log.setting
     tf = _version(log.facts.versions.get("tensorflow"))
-    if setting.os == "colab":
-        return ("no-driver", "cpu-build"), "on Colab a runtime without a GPU shows no GPU to any framework"
+    machine = _machine_candidates(log)
+    if machine:
+        return machine
     if len(frameworks - {None}) >= 2:
         return ("no-driver", "cpu-build"), "two frameworks both see no GPU: the machine, not one build"
     if "tensorflow" in frameworks and tf and tf > TF_WINDOWS_LAST_GPU:
@@ -60,18 +75,25 @@ def _unavailable_candidates(frameworks: set[str | None], log: LogReading) -> tup
             f"TensorFlow {tf[0]}.{tf[1]} printed no CUDA library failure: on native Windows it has no GPU support")
     if "tensorflow" in frameworks:
         return ("missing-cuda-libs", "no-driver", "cpu-build"), "TensorFlow usually names the library it missed"
+    if "jax" in frameworks and not setting.torch_cuda:
+        return ("cpu-build", "missing-cuda-libs", "no-driver"), (
+            "JAX lists no GPU and gave no reason: a jaxlib without its CUDA plugin (pip install \"jax[cuda12]\")")
     if setting.torch_cuda == "cpu":
         return ("cpu-build",), "PyTorch is a CPU build"
-    if setting.torch_cuda:
+    if setting.torch_cuda or setting.other_cuda:
+        build = setting.torch_cuda or (setting.other_cuda or ("", ""))[0]
         return ("no-driver", "cuda-version-mismatch", "devices-hidden"), (
-            f"PyTorch is built for CUDA {setting.torch_cuda}, so the driver is the first suspect")
+            f"the framework is built for CUDA {build}, so the driver is the first suspect")
+    if setting.os == "wsl":
+        return ("no-driver", "cpu-build"), "under WSL2 the GPU comes from the Windows driver through /usr/lib/wsl/lib"
     return ("cpu-build", "no-driver", "devices-hidden"), "the log shows no build or driver"
 
 
 def _unavailable(log: LogReading) -> list[Evidence]:
-    hits = [h for h in log.hits if h.pattern in ("gpu-unavailable-flag", "gpu-unavailable-text")]
+    hits = [h for h in log.hits if h.pattern in ("gpu-unavailable-flag", "gpu-unavailable-text", "gpu-count-zero")]
     if not log.registered and not any(h.pattern == "tf-device-list-gpu" for h in log.hits):
-        hits += [h for h in log.hits if h.pattern == "tf-device-list-cpu"][:1]  # a device list with no GPU in it
+        # a device list with no GPU in it (TensorFlow's, or JAX's [CpuDevice(id=0)])
+        hits += [h for h in log.hits if h.pattern in ("tf-device-list-cpu", "jax-devices")][:1]
     if not hits:
         return []
     frameworks = {_framework_of(h, log) for h in hits}
@@ -89,16 +111,27 @@ def _windows_tf(log: LogReading) -> list[Evidence]:
              "TensorFlow >= 2.11 has no GPU on native Windows", ())]
 
 
+def _newer(build: str, driver: str) -> bool:
+    """A build's CUDA newer than the newest a driver supports: by major from CUDA 11 on (minor-version
+    compatibility), by major and minor before it."""
+    b, d = _version(build if "." in build else build + ".0"), _version(driver if "." in driver else driver + ".0")
+    if not b or not d:
+        return False
+    return b[0] > d[0] if b[0] >= 11 else b > d
+
+
 def _driver_cuda(log: LogReading) -> list[Evidence]:
-    """The build's CUDA major above the highest the driver supports (``nvidia-smi``'s ``CUDA Version``)."""
-    driver = log.facts.versions.get("cuda")
-    build = log.setting.torch_cuda if log.setting.torch_cuda != "cpu" else None
-    if not driver or not build or _major(build) is None or _major(driver) is None:
+    """The build's CUDA newer than the newest the driver supports (``nvidia-smi``'s ``CUDA Version``, or NVIDIA's
+    table for the driver version the log prints)."""
+    versions = log.facts.versions
+    driver, source = versions.get("cuda"), "nvidia-smi shows a driver supporting CUDA {} at most"
+    if not driver and driver_cuda(versions.get("driver")):
+        driver = driver_cuda(versions.get("driver"))
+        source = f"driver {versions.get('driver')} supports CUDA {{}} at most"
+    build = _build_cuda(log)
+    if not driver or not build or not _newer(build[0], driver):
         return []
-    if _major(build) > _major(driver):
-        return [("cuda-version-mismatch", 0.9, "driver-cuda", f"PyTorch is built for CUDA {build} but nvidia-smi "
-                 f"shows a driver supporting CUDA {driver} at most", ())]
-    return []
+    return [("cuda-version-mismatch", 0.9, "driver-cuda", f"{build[1]} but " + source.format(driver), ())]
 
 
 def _build_cuda(log: LogReading) -> tuple[str, str] | None:
@@ -112,6 +145,8 @@ def _build_cuda(log: LogReading) -> tuple[str, str] | None:
     cuda = tf_build_cuda(tf)
     if cuda and tf:
         return cuda, f"TensorFlow {tf[0]}.{tf[1]} is built with CUDA {cuda}"
+    if setting.other_cuda:
+        return setting.other_cuda[0], f"{setting.other_cuda[1]} is built for CUDA {setting.other_cuda[0]}"
     return None
 
 
@@ -157,7 +192,18 @@ def _throughput(log: LogReading) -> list[Evidence]:
     return out
 
 
+def _stuck_in_nccl(log: LogReading) -> list[Evidence]:
+    """A log that ends in NCCL's setup lines ("NCCL INFO ... Init COMPLETE", channel and ring lines): the run hung in
+    its first collective, which prints no error until a watchdog fires (if one is set)."""
+    last = next((t for t in reversed(log.tail) if "NCCL INFO" in t[1]), None)
+    progressed = log.throughput.steps or log.throughput.by_gpus or log.facts.rates
+    if last is None or progressed or any(h.cause and h.weight >= 0.8 for h in log.hits):
+        return []
+    return [("nccl-error", 0.6, "nccl-stuck", f"log line {last[0]}: {last[1][:140]} (the log stops in NCCL's "
+             "setup: the first collective never completed)", ("multi-gpu-ok",))]
+
+
 def setting_evidence(log: LogReading) -> list[Evidence]:
     """Every cause the log's setting, throughput and "no GPU available" lines point at."""
     return (_unavailable(log) + _windows_tf(log) + _driver_cuda(log) + _gpu_too_new(log) + _wsl_no_device(log)
-            + _throughput(log))
+            + _throughput(log) + _stuck_in_nccl(log))

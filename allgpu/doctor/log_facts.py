@@ -29,6 +29,7 @@ _VERSION_RES = (
                        r"(\d+\.\d+\.\d+(?:\+[\w.]+)?)", re.I)),
 )
 _SMI_HEADER = re.compile(r"NVIDIA-SMI ([\d.]+)\s+Driver Version: ([\d.]+)(?:\s+CUDA Version: ([\d.]+))?")
+_DRIVER = re.compile(r"\b(?:NVIDIA )?driver(?: version)?\s*[:=]?\s*v?(\d{3}\.\d{1,3}(?:\.\d+)?)\b", re.I)
 _SMI_NAME = re.compile(r"^\|\s+(\d+)\s+((?:NVIDIA|Tesla|GeForce|Quadro|TITAN|RTX|GRID)[^|]*?)\s{2,}")
 _SMI_MEM = re.compile(r"\|\s+(\d+)MiB\s*/\s*(\d+)MiB\s*\|\s*(\d+|N/A)\s*%?")
 _SMI_PROCESSES = re.compile(r"^\|\s+Processes:")
@@ -96,6 +97,9 @@ def _versions(facts: LogFacts, line: str) -> None:
         facts.versions.setdefault("driver", header.group(2))
         if header.group(3):
             facts.versions.setdefault("cuda", header.group(3))
+    driver = _DRIVER.search(line)
+    if driver:
+        facts.versions.setdefault("driver", driver.group(1))
 
 
 def _gpu_names(facts: LogFacts, line: str, smi_index: list[int]) -> None:

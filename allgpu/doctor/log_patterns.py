@@ -127,7 +127,7 @@ PATTERNS: tuple[Pattern, ...] = (
        "a CUDA library is not on the loader path"),
     _p("dnn-not-found", r"DNN library is not found|Unable to load cuDNN|cuDNN (?:library )?(?:was )?not found",
        "missing-cuda-libs", 1.0, "cuDNN could not be loaded", flags=I),
-    _p("jax-backend-failed", r"(?:Unable to initialize backend 'cuda'|CUDA backend failed to initialize|"
+    _p("jax-backend-failed", r"(?:Unable to initialize backend '(?:cuda|gpu)'|CUDA backend failed to initialize|"
        r"Backend 'cuda' failed to initialize): (.*)", None, 0, "JAX's CUDA backend did not start", "jax-backend"),
     # --- cuda-version-mismatch ----------------------------------------------------------------------------------
     _p("driver-insufficient", r"driver version is insufficient for CUDA runtime version|"
@@ -247,6 +247,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("torch-version-cuda", r"torch\.version\.cuda\)?\s*(?:[:=#-]+\s*)?(None)?\s*$", "cpu-build", 0,
        "PyTorch's CUDA version (None: a CPU build)", "version-cuda"),
     _p("torch-built-none", r"CUDA used to build PyTorch: None", "cpu-build", 1.0, "PyTorch was built without CUDA"),
-    _p("tf-built-with-cuda", r"is_buil[dt]_with_cuda\(\)\)?\s*(?:[:=#-]*\s*)?((?i:False))?", "cpu-build", 0,
-       "TensorFlow's CUDA build flag", "built-with-cuda"),
+    _p("tf-built-with-cuda", r"is_(?:buil[dt]|compiled)_with_cuda\(\)\)?\s*(?:[:=#-]*\s*)?((?i:False))?",
+       "cpu-build", 0,
+       "the CUDA build flag (TensorFlow is_built_with_cuda, Paddle is_compiled_with_cuda)", "built-with-cuda"),
 )

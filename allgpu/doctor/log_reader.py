@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 
 from allgpu.doctor.log_facts import LogFacts, read_facts
 from allgpu.doctor.log_patterns import PATTERNS, PREFIX, Pattern
+from allgpu.doctor.log_patterns_frameworks import FRAMEWORK_PATTERNS
 from allgpu.doctor.log_patterns_setup import SETUP_PATTERNS
 from allgpu.doctor.log_setting import Setting, read_setting
 from allgpu.doctor.log_throughput import Throughput, read_throughput
 
-ALL_PATTERNS: tuple[Pattern, ...] = PATTERNS + SETUP_PATTERNS
+ALL_PATTERNS: tuple[Pattern, ...] = PATTERNS + SETUP_PATTERNS + FRAMEWORK_PATTERNS
 
 _UNIT = {"B": 1 / 2**20, "KB": 1 / 1024, "KiB": 1 / 1024, "MB": 1.0, "MiB": 1.0, "GB": 1024.0, "GiB": 1024.0,
          "TB": 2**20, "TiB": 2**20}
@@ -30,6 +31,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colour codes in captured termin
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 # Memory others hold, as a fraction of the GPU, past which an out-of-memory is blamed on them.
 HELD_FRACTION = 0.5
+# Non-blank lines kept as the log's ending.
+TAIL = 3
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class LogReading:
             (:mod:`allgpu.doctor.log_facts`).
         setting: operating system, frameworks, builds' CUDA and devices named (:mod:`allgpu.doctor.log_setting`).
         throughput: the throughput series (:mod:`allgpu.doctor.log_throughput`).
+        tail: the last few non-blank lines, ``(line, text)``: where a run that hangs stops.
     """
 
     lines: int = 0
@@ -79,6 +83,7 @@ class LogReading:
     facts: LogFacts = field(default_factory=LogFacts)
     setting: Setting = field(default_factory=Setting)
     throughput: Throughput = field(default_factory=Throughput)
+    tail: list[tuple[int, str]] = field(default_factory=list)
 
     def causes(self) -> list[LogHit]:
         """Hits that point at a cause (weight > 0)."""
@@ -126,7 +131,7 @@ def _jax_backend_cause(reason: str) -> tuple[str | None, float]:
         return "missing-cuda-libs", 1.0
     if re.search(r"CUDA_ERROR_NO_DEVICE|no CUDA-capable device", reason):
         return "devices-hidden", 0.6
-    if re.search(r"Could not find registered platform with name: \"cuda\"", reason):
+    if re.search(r"Could not find registered platform with name: \"(?:cuda|gpu)\"", reason):
         return "cpu-build", 0.8
     if re.search(r"No visible GPU devices|no supported devices found", reason):
         return "devices-hidden", 0.6
@@ -210,6 +215,21 @@ def _facts(reading: LogReading, pat: Pattern, m: re.Match[str]) -> None:
         reading.nccl_ranks = max(reading.nccl_ranks or 0, int(m.group(1)))
 
 
+# What a REPL or notebook prints for a call: a bare value, maybe after "Out[3]:" or ">>>" lines.
+_ANSWER = re.compile(r"^(?:Out\[\d+\]:\s*)?(False|True|None|\d+)\s*$", re.I)
+
+
+def _answer(lines: list[str], i: int) -> str:
+    """The value printed for a call at line ``i``: the first non-blank line after it, or a bare False/True/None
+    or count among the next four non-blank lines (pastes put the other calls, a version or "returns:" between)."""
+    following = [ln.strip() for ln in lines[i + 1:i + 12] if ln.strip()][:4]
+    for line in following:
+        m = _ANSWER.match(line)
+        if m:
+            return m.group(1)
+    return following[0] if following else ""
+
+
 def _hit(pat: Pattern, m: re.Match[str], text: str, lines: list[str], i: int, reading: LogReading
          ) -> tuple[str | None, float] | None:
     """The (cause, weight) this match gives, or None when it gives no cause."""
@@ -230,10 +250,13 @@ def _hit(pat: Pattern, m: re.Match[str], text: str, lines: list[str], i: int, re
     if kind == "one-device":
         return ("single-device-strategy", 1.0) if len(reading.registered) >= 2 else None
     if kind == "unavailable-flag":
-        follow = m.group(1) or next((ln.strip() for ln in lines[i + 1:i + 3] if ln.strip()), "")
+        follow = m.group(1) or _answer(lines, i)
         return ("", 0.0) if follow.lower().startswith("false") else None
+    if kind == "count-flag":
+        follow = m.group(1) or m.group(2) or _answer(lines, i)
+        return ("", 0.0) if follow == "0" else None
     if kind in ("built-with-cuda", "version-cuda"):
-        follow = m.group(1) or next((ln.strip() for ln in lines[i + 1:i + 3] if ln.strip()), "")
+        follow = m.group(1) or _answer(lines, i)
         return ("cpu-build", 1.0) if follow.lower().startswith(("false", "none")) else None
     if kind in ("tf-free-memory", "tf-free-memory-next"):
         if kind == "tf-free-memory":
@@ -271,7 +294,7 @@ def read_log(text: str) -> LogReading:
                 continue
             _facts(reading, pat, m)
             given = _hit(pat, m, msg, lines, i, reading)
-            if pat.kind == "unavailable-flag" and given is None:
+            if pat.kind in ("unavailable-flag", "count-flag") and given is None:
                 continue  # is_available() printed True, or nothing follows
             cause, weight = given if given else (None, 0.0)
             reading.hits.append(LogHit(i + 1, pat.id, cause or None, weight, msg[:240], pat.also if cause else ()))
@@ -279,4 +302,5 @@ def read_log(text: str) -> LogReading:
             if fw and (cause or pat.kind):
                 reading.frameworks.add(fw)
     reading.frameworks |= reading.setting.frameworks
+    reading.tail = [(n + 1, ln.strip()[:240]) for n, ln in enumerate(lines) if ln.strip()][-TAIL:]
     return reading

@@ -18,8 +18,11 @@ _WINDOWS = re.compile(r"[A-Z]:\\\\?(?:Users|Program|Python|ProgramData|Anaconda|
 # WSL2: its driver directory, kernel name, the Windows drives mounted at /mnt/c, the \\wsl$ share.
 _WSL = re.compile(r"/usr/lib/wsl/|microsoft-standard-WSL|\bWSL ?2?\b|\bwsl\b|(?:^|[\s\"'(])/mnt/[a-z]/|"
                   r"\\\\wsl(?:\$|\.localhost)", re.I)
+# WSL1's kernel ("4.4.0-19041-Microsoft"): no GPU at all under WSL1.
+_WSL1 = re.compile(r"\b\d+\.\d+\.\d+-\d+-Microsoft\b")
 _COLAB = re.compile(r"google\.colab|/content/|colab\.research\.google|Colab(?:oratory)?\b", re.I)
-_MACOS = re.compile(r"\bmacOS\b|\bDarwin\b|/Users/\w+/(?:opt|miniforge|Library)|\bApple M\d\b|\bmps\b", re.I)
+_MACOS = re.compile(r"\bmacOS\b|\bDarwin\b|/Users/\w+/(?:opt|miniforge|Library)|\bApple M\d\b|\bmps\b|/opt/homebrew/|"
+                    r"\.dylib\b|\bmacosx_\d+_\d+|\barm64-apple-darwin", re.I)
 _FRAMEWORKS = (
     ("pytorch", re.compile(r"site-packages[/\\]torch[/\\]|\b(?:import|from) torch\b|\btorch\.\w|\btorch==|"
                            r"\bpytorch\b", re.I)),
@@ -36,6 +39,24 @@ _TORCH_BUILD = re.compile(r"\b(?:torch|pytorch)\S*\s*[=:v ]{0,4}\d+\.\d+(?:\.\d+
                           r"CUDA used to build PyTorch: ([\d.]+)|\b\d+\.\d+\.\d+\+cu(\d{2,3})\b", re.I)
 _TORCH_CPU = re.compile(r"\b\d+\.\d+(?:\.\d+)?\+cpu\b|CUDA used to build PyTorch: None|\bpy\d\.?\d+_cpu_\d\b|"
                         r"\bcpuonly\b", re.I)
+# Packages named with their CPU-only flavour, each with the GPU flavour that, when named too, clears it.
+_CPU_PACKAGES = (
+    ("tensorflow-cpu", re.compile(r"\btensorflow[-_]cpu\b", re.I), None),
+    ("paddlepaddle", re.compile(r"(?<![\w-])paddlepaddle(?:==|\s+)\d", re.I), re.compile(r"paddlepaddle[-_]gpu", re.I)),
+    ("onnxruntime", re.compile(r"(?<![\w-])onnxruntime(?:==|\s+)\d", re.I), re.compile(r"onnxruntime[-_]gpu", re.I)),
+    ("mxnet", re.compile(r"(?<![\w-])mxnet(?:==|\s+)\d", re.I), re.compile(r"mxnet[-_]cu\d", re.I)),
+    ("jax[cpu]", re.compile(r"\bjax\[cpu\]", re.I), None),
+)
+# The CUDA other builds name: jaxlib "+cuda12", jax-cuda12-plugin, paddlepaddle-gpu "post117", mxnet-cu102.
+_OTHER_BUILD = re.compile(r"jaxlib(?:==|\s+)?[\d.]*\+cuda(\d{2})|jax[-_]cuda(\d{2})[-_]plugin|jax\[cuda(\d{2})|"
+                          r"paddlepaddle[-_]gpu(?:==|\s+)?[\d.]*?\.?post(\d{2,3})\b|mxnet[-_]cu(\d{2,3})\b", re.I)
+# The oldest Linux driver of each CUDA release (NVIDIA's CUDA release notes, table 3), newest first.
+_DRIVER_CUDA = (((570, 26), "12.8"), ((560, 28), "12.6"), ((555, 42), "12.5"), ((550, 54), "12.4"),
+                ((545, 23), "12.3"), ((535, 54), "12.2"), ((530, 30), "12.1"), ((525, 60), "12.0"),
+                ((520, 61), "11.8"), ((515, 43), "11.7"), ((510, 39), "11.6"), ((495, 29), "11.5"),
+                ((470, 42), "11.4"), ((465, 19), "11.3"), ((460, 27), "11.2"), ((455, 23), "11.1"),
+                ((450, 36), "11.0"), ((440, 33), "10.2"), ((418, 39), "10.1"), ((410, 48), "10.0"),
+                ((396, 26), "9.2"), ((390, 46), "9.1"), ((384, 81), "9.0"), ((367, 48), "8.0"))
 _TF_RUNTIME = re.compile(r"(?:libcudart\.so\.|cudart64_)(\d+)(?:\.(\d+))?")
 _DEVICE = re.compile(r"\b(cuda:\d+|/?(?:device:)?GPU:\d+)\b", re.I)
 # GPUs by architecture, with the first CUDA release that has kernels for it (Ampere 11.0, Ada and Hopper 11.8,
@@ -66,13 +87,16 @@ class Setting:
     """What a log shows about where it ran.
 
     Attributes:
-        os: ``"windows"``, ``"wsl"``, ``"colab"``, ``"macos"`` or None (Linux or unknown).
+        os: ``"windows"``, ``"wsl"`` (WSL2), ``"wsl1"``, ``"colab"``, ``"macos"`` or None (Linux or unknown).
         frameworks: frameworks the log shows (``"pytorch"``, ``"tensorflow"``, ``"jax"``, ``"keras"``).
         torch_cuda: CUDA version PyTorch was built for (``"12.1"``), ``"cpu"`` for a CPU build, None if unknown.
         tf_cuda: CUDA runtime version TensorFlow tried or opened (``"11.0"``), None if unknown.
         devices: device names the log mentions (``cuda:1``, ``GPU:0``), in order.
         gpu_arch: ``(architecture, first CUDA with kernels for it, the name as printed)`` of the newest GPU the log
             names (Ampere or later), or None.
+        cpu_packages: CPU-only packages the log names (``tensorflow-cpu``, ``paddlepaddle`` without
+            ``paddlepaddle-gpu``, ``onnxruntime`` without ``onnxruntime-gpu``, ``mxnet`` without ``mxnet-cuXXX``).
+        other_cuda: ``(CUDA version, the name as printed)`` a JAX, PaddlePaddle or MXNet build names, or None.
     """
 
     os: str | None = None
@@ -81,6 +105,8 @@ class Setting:
     tf_cuda: str | None = None
     devices: list[str] = field(default_factory=list)
     gpu_arch: tuple[str, tuple[int, int], str] | None = None
+    cpu_packages: list[str] = field(default_factory=list)
+    other_cuda: tuple[str, str] | None = None
 
 
 def tf_build_cuda(version: tuple[int, int] | None) -> str | None:
@@ -92,7 +118,18 @@ def tf_build_cuda(version: tuple[int, int] | None) -> str | None:
     return found
 
 
+def driver_cuda(driver: str | None) -> str | None:
+    """The newest CUDA a driver version (``"470.82.01"``) supports, from NVIDIA's table; None when unknown."""
+    parts = re.findall(r"\d+", driver or "")
+    if len(parts) < 2:
+        return None
+    version = (int(parts[0]), int(parts[1]))
+    return next((cuda for oldest, cuda in _DRIVER_CUDA if version >= oldest), None)
+
+
 def _os(text: str) -> str | None:
+    if _WSL1.search(text):
+        return "wsl1"
     if _WSL.search(text):
         return "wsl"
     if _COLAB.search(text):
@@ -125,6 +162,14 @@ def read_setting(lines: list[str]) -> Setting:
         name = m.group(1).lstrip("/")
         if name not in setting.devices:
             setting.devices.append(name)
+    setting.cpu_packages = [name for name, regex, gpu in _CPU_PACKAGES
+                            if regex.search(text) and not (gpu and gpu.search(text))]
+    other = _OTHER_BUILD.search(text)
+    if other:
+        tag = next(g for g in other.groups() if g)
+        tag = {"97": "90", "107": "100"}.get(tag, tag) if other.group(4) else tag  # Paddle's cuDNN 7 builds
+        jax = other.group(4) is None and other.group(5) is None
+        setting.other_cuda = (f"{tag}.0" if jax else cuda_from_tag(tag), other.group(0))
     for arch, first_cuda, regex in reversed(_GPU_ARCH):
         m = regex.search(text)
         if m:
@@ -136,7 +181,8 @@ def read_setting(lines: list[str]) -> Setting:
 def setting_notes(setting: Setting) -> list[str]:
     """One line each for what the setting shows (empty parts left out)."""
     notes = []
-    names = {"windows": "native Windows", "wsl": "WSL2", "colab": "Google Colab", "macos": "macOS"}
+    names = {"windows": "native Windows", "wsl": "WSL2", "wsl1": "WSL1 (no GPU support)", "colab": "Google Colab",
+             "macos": "macOS"}
     if setting.os:
         notes.append(f"Runs on {names[setting.os]} (from paths and names in the log).")
     builds = []
@@ -145,6 +191,10 @@ def setting_notes(setting: Setting) -> list[str]:
                                                                                    f"{setting.torch_cuda}"))
     if setting.tf_cuda:
         builds.append(f"TensorFlow looks for CUDA runtime {setting.tf_cuda}")
+    if setting.other_cuda:
+        builds.append(f"{setting.other_cuda[1]} is built for CUDA {setting.other_cuda[0]}")
+    if setting.cpu_packages:
+        builds.append("CPU-only packages " + ", ".join(setting.cpu_packages))
     if builds:
         notes.append("Builds in the log: " + "; ".join(builds) + ".")
     if setting.devices:

@@ -1,0 +1,115 @@
+"""Messages of frameworks beyond TensorFlow, JAX and PyTorch (PaddlePaddle, ONNX Runtime, MXNet, Caffe, CuPy, Numba,
+XGBoost/LightGBM, llama.cpp), and of runs that hang rather than fail: NCCL watchdog and collective timeouts, Horovod
+stalls, a rendezvous that never completes.
+
+Grouped by the cause kind each wording belongs to (no GPU build, a CUDA library not found, out of memory, a version
+mismatch, a container started without GPUs, a hang between GPUs) rather than by framework: a new framework's
+wording of a known kind goes beside its siblings. Message texts are facts of each framework's source (Paddle's
+``gpu_resources.cc`` / ``dynamic_loader.cc`` / allocator messages, ONNX Runtime's provider bridge, MXNet's
+``storage`` managers, Caffe's ``device_alternate.hpp``, PyTorch's ``ProcessGroupNCCL.cpp``). ``also`` lists the
+other causes the same message is settled as in public threads, most frequent first.
+"""
+
+from __future__ import annotations
+
+import re
+
+from allgpu.doctor.log_patterns import Pattern, _p
+
+I = re.IGNORECASE
+
+FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
+    # --- a build without CUDA -----------------------------------------------------------------------------------
+    _p("paddle-cpu-only", r"Cannot use CUDAPlace in CPU only version|PaddlePaddle is not compiled with CUDA|"
+       r"The device should not be '?gpu'?, since PaddlePaddle is not compiled with CUDA", "cpu-build", 1.0,
+       "PaddlePaddle is the CPU package (paddlepaddle, not paddlepaddle-gpu)"),
+    _p("mxnet-cpu-only", r"Compile with USE_CUDA=1 to enable GPU usage", "cpu-build", 1.0,
+       "MXNet is a CPU build (mxnet, not mxnet-cuXXX)"),
+    _p("caffe-cpu-only", r"Cannot use GPU in CPU-only Caffe|CPU-only Mode", "cpu-build", 1.0,
+       "Caffe was built with CPU_ONLY"),
+    _p("not-compiled-with-gpu", r"\b(?:not|never) (?:compiled|built) with (?:CUDA|GPU|cuda|gpu)(?: support| enabled)?|"
+       r"\b(?:compiled|built) without (?:CUDA|GPU) support|GPU Tree Learner was not enabled in this build|"
+       r"not compiled with GPU offload support", "cpu-build", 0.9,
+       "the library was built without GPU support (XGBoost, LightGBM, llama.cpp, a source build)"),
+    _p("ort-provider-missing", r"Specified provider '?CUDAExecutionProvider'? is not in available provider names",
+       "cpu-build", 0.8, "ONNX Runtime is the CPU package (onnxruntime, not onnxruntime-gpu)",
+       also=("missing-cuda-libs",)),
+    _p("gpu-count-zero", r"(?:num_gpus|device_count|get_device_count|cuda_device_count|gpu_count)"
+       r"\(\)\)?\s*(?:[:=#]+\s*|->\s*)?(0)?\s*$|\bGPU count\s*[:=]\s*(0)\b", None, 0,
+       "the framework counts no GPU", "count-flag"),
+    # --- a CUDA library not found -------------------------------------------------------------------------------
+    _p("paddle-dynlib", r"The third-party dynamic library \(([^)\s]+)\) that Paddle depends on is not configured",
+       None, 0, "PaddlePaddle could not load a CUDA library", "library"),
+    _p("paddle-cannot-load", r"Cannot load (?:cudnn|cublas|curand|cusolver|cufft|nccl|cuda) shared library",
+       "missing-cuda-libs", 1.0, "PaddlePaddle (older) could not load a CUDA library", flags=I),
+    _p("ort-provider-failed", r"Failed to create CUDAExecutionProvider|Failed to load library "
+       r"(?:lib)?onnxruntime_providers_cuda", "missing-cuda-libs", 0.8,
+       "ONNX Runtime could not load its CUDA provider (CUDA/cuDNN of the version it was built for not found)",
+       also=("cuda-version-mismatch",)),
+    _p("win-loadlibrary-126", r"LoadLibrary failed with error 126 .{0,40}?when trying to load "
+       r"\"[^\"]*?([\w.-]+\.dll)\"",
+       None, 0, "Windows could not load a DLL or one of its dependencies", "library"),
+    _p("win-could-not-find-module", r"Could not find module '[^']*?([\w.-]+\.dll)'", None, 0,
+       "Windows could not find a DLL or one of its dependencies", "library"),
+    _p("cupy-failed-to-load", r"CuPy failed to load ([\w.+-]+?)(?::|\s|$)", None, 0,
+       "CuPy could not load a CUDA library", "library"),
+    _p("jax-unable-to-load", r"Unable to load (?:CUDA|cuBLAS|cuFFT|cuSOLVER|cuSPARSE|cuPTI|CUPTI|NCCL|nvJitLink)\. "
+       r"Is it installed\?", "missing-cuda-libs", 1.0, "JAX could not load a CUDA library"),
+    _p("numba-no-nvvm", r"libNVVM cannot be found|NvvmSupportError", "missing-cuda-libs", 1.0,
+       "Numba cannot find the CUDA toolkit's NVVM"),
+    _p("numba-no-driver", r"CUDA driver library cannot be found|CudaSupportError: Error at driver init", "no-driver",
+       0.8, "Numba cannot find or start the CUDA driver"),
+    # --- out of memory ------------------------------------------------------------------------------------------
+    _p("paddle-oom", r"Out of memory error on GPU (?:Virtual Memory )?\d+", "out-of-memory", 1.0,
+       "PaddlePaddle ran out of GPU memory", also=("memory-held",)),
+    _p("mxnet-oom", r"cudaMalloc(?: retry)? failed: out of memory|CUDA: out of memory", "out-of-memory", 1.0,
+       "MXNet ran out of GPU memory", also=("memory-held",)),
+    _p("caffe-oom", r"\(2 vs\. 0\)\s*out of memory", "out-of-memory", 1.0, "a CUDA call ran out of memory (Caffe)",
+       also=("memory-held",)),
+    _p("ort-oom", r"Failed to allocate memory for requested buffer of size|CUDA failure 2: out of memory",
+       "out-of-memory", 1.0, "ONNX Runtime ran out of GPU memory", also=("memory-held",)),
+    _p("other-oom", r"OutOfMemoryError: (?:Out of memory allocating|CUDA out of memory)|CUDA Error: out of memory|"
+       r"GPU out of memory|cudaErrorMemoryAllocation", "out-of-memory", 1.0,
+       "GPU memory ran out (CuPy, darknet, a CUDA runtime call)", also=("memory-held",)),
+    # --- versions that do not fit -------------------------------------------------------------------------------
+    _p("paddle-compiled-newer", r"The installed Paddle is compiled with (?:CUDA|CUDNN) [\d.]+, but (?:CUDA runtime|"
+       r"CUDNN) version in your machine is", "cuda-version-mismatch", 0.7,
+       "the CUDA or cuDNN found is older than the one PaddlePaddle was built with"),
+    _p("torch-cudnn-mismatch-old", r"cuDNN version mismatch: PyTorch was compiled against \d+ but linked against \d+",
+       "cuda-version-mismatch", 1.0, "the cuDNN loaded is not the one PyTorch was built with"),
+    _p("kernel-image-invalid", r"device kernel image is invalid|CUDA_ERROR_INVALID_IMAGE|cudaErrorInvalidKernelImage",
+       "cuda-version-mismatch", 0.8, "the GPU code in the build cannot be loaded by this driver",
+       also=("unsupported-compute-capability",)),
+    _p("xla-cubin-failed", r"Failed to load in-memory CUBIN|Failed to load PTX text as a module",
+       "cuda-version-mismatch", 0.8, "XLA's compiled kernels do not load (driver older than the CUDA that built them)",
+       also=("unsupported-compute-capability",)),
+    _p("xla-driver-older-ptxas", r"driver's CUDA version is [\d.]+ which is older than the ptxas CUDA version",
+       "cuda-version-mismatch", 0.8, "the driver is older than the CUDA toolkit XLA compiles with"),
+    _p("jax-dnn-init-failed", r"DNN library initialization failed", "cuda-version-mismatch", 0.7,
+       "XLA could not start cuDNN (a cuDNN that does not fit the build, or no memory left for it)",
+       also=("memory-held",)),
+    _p("tf-jit-from-ptx", r"not built with CUDA kernel binaries compatible with compute capability",
+       "unsupported-compute-capability", 0.6, "TensorFlow has no kernels for this GPU and compiles them from PTX",
+       also=("cuda-version-mismatch",)),
+    # --- containers and machines without a GPU ----------------------------------------------------------------
+    _p("smi-not-found", r"nvidia-smi: (?:command )?not found|'nvidia-smi' is not recognized as an internal or "
+       r"external command", "no-driver", 0.8, "nvidia-smi is missing: no driver here (or a container without GPUs)"),
+    _p("docker-no-nvidia-runtime", r"unknown or invalid runtime name: nvidia|Unknown runtime specified nvidia",
+       "no-driver", 1.0, "Docker has no NVIDIA runtime (the NVIDIA Container Toolkit is not installed)"),
+    _p("no-dev-nvidia", r"/dev/nvidia(?:ctl|\d+|-uvm)\b.{0,40}(?:No such file or directory|not found)", "no-driver",
+       0.8, "the NVIDIA device files are missing (driver not loaded, or not passed to the container)"),
+    # --- hangs and timeouts between GPUs ------------------------------------------------------------------------
+    _p("nccl-watchdog-stuck", r"ProcessGroupNCCL's watchdog got stuck for|Some NCCL operations have failed or timed "
+       r"out|WorkNCCL\(.*ran for \d+ milliseconds before timing out", "nccl-error", 1.0,
+       "a NCCL collective hung until PyTorch's watchdog stopped it"),
+    _p("nccl-timeout", r"\bNCCL\b.{0,80}\btim(?:ed|e) ?out\b|\btim(?:ed|e) ?out\b.{0,80}\bNCCL\b", "nccl-error", 0.8,
+       "a NCCL operation timed out", flags=I),
+    _p("store-barrier-timeout", r"Timed out initializing process group in store based barrier|"
+       r"is setting up NCCL communicator and retrieving ncclUniqueId from \[\d+\]", "nccl-error", 0.7,
+       "the ranks never all joined the NCCL setup (a rank hung, or hosts cannot reach each other)",
+       also=("port-in-use",)),
+    _p("horovod-stall", r"Stalled ranks:|One or more tensors were submitted to be reduced, gathered or broadcasted "
+       r"by subset of ranks", "nccl-error", 0.6, "Horovod ranks wait for each other in a collective"),
+    _p("tf-collective-aborted", r"Collective ops is aborted by", "nccl-error", 0.6,
+       "TensorFlow aborted its collectives after one failed or timed out"),
+)
