@@ -152,3 +152,24 @@ def test_informational_lines_of_other_frameworks_name_no_cause():
     assert causes("PaddlePaddle works well on 1 GPU.\nPaddlePaddle is installed successfully!") == ()
     assert causes("return torch._C._cuda_getDeviceCount() > 0") == ()
     assert causes("export NCCL_BLOCKING_WAIT=1\nexport NCCL_ASYNC_ERROR_HANDLING=1") == ()
+
+
+@pytest.mark.parametrize("text, cause", [
+    ("RuntimeError: Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. If you "
+     "are running on a CPU-only machine, please use torch.load with map_location=torch.device('cpu').\n"
+     "torch 2.0.1+cpu", "cpu-build"),
+    ("torch.cuda.is_available() returns False\ntorch 2.0.1+cu118", "no-driver"),
+    ("RuntimeError: Attempting to deserialize object on CUDA device 1 but torch.cuda.device_count() is 1. Please use "
+     "torch.load with map_location to map your storages to an existing device.", "invalid-device-index"),
+    ("lightning_fabric.utilities.exceptions.MisconfigurationException: You requested gpu: [1]\n"
+     " But your machine only has: [0]", "invalid-device-index"),
+    ("ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable MASTER_ADDR "
+     "expected, but not set", "process-group-missing"),
+    ("RuntimeError: unable to write to file </torch_1234_567890>: No space left on device (28)", "dataloader-shm"),
+    ("OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.",
+     "missing-cuda-libs"),
+    ("RuntimeError: MPS backend out of memory (MPS allocated: 17.5 GB, other allocations: 1.2 GB)", "out-of-memory"),
+    ("Unable to determine the device handle for GPU0000:01:00.0: Unknown Error", "no-driver"),
+])
+def test_libraries_on_top_of_a_framework_and_launch_mistakes(text, cause):
+    assert causes(text)[:1] == (cause,)

@@ -90,7 +90,8 @@ def _unavailable_candidates(frameworks: set[str | None], log: LogReading) -> tup
 
 
 def _unavailable(log: LogReading) -> list[Evidence]:
-    hits = [h for h in log.hits if h.pattern in ("gpu-unavailable-flag", "gpu-unavailable-text", "gpu-count-zero")]
+    hits = [h for h in log.hits if h.pattern in ("gpu-unavailable-flag", "gpu-unavailable-text", "gpu-count-zero",
+                                                  "no-gpu-said")]
     if not log.registered and not any(h.pattern == "tf-device-list-gpu" for h in log.hits):
         # a device list with no GPU in it (TensorFlow's, or JAX's [CpuDevice(id=0)])
         hits += [h for h in log.hits if h.pattern in ("tf-device-list-cpu", "jax-devices")][:1]

@@ -37,6 +37,12 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
     _p("gpu-count-zero", r"(?:num_gpus|device_count|get_device_count|cuda_device_count|gpu_count)"
        r"\(\)\)?\s*(?:[:=#]+\s*|->\s*)?(0)?\s*$|\bGPU count\s*[:=]\s*(0)\b", None, 0,
        "the framework counts no GPU", "count-flag"),
+    # "no GPU" said by a library on top of a framework (torch.load, Lightning, Transformers, Ollama) or in words
+    _p("no-gpu-said", r"deserialize object on a CUDA device but torch\.cuda\.is_available\(\) is False|"
+       r"But your machine only has: \[\]|accelerator is not available|No supported gpu backend found|"
+       r"can only be used on CUDA(?: or \w+)? devices|no compatible GPUs were discovered|"
+       r"is_available\(\)\)?`?\s+(?:returns?|returned|is|gives|outputs?|shows?|still)\s+`?False", None, 0,
+       "the framework (or a library on it) reports no usable GPU", "unavailable-text", flags=I),
     # --- a CUDA library not found -------------------------------------------------------------------------------
     _p("paddle-dynlib", r"The third-party dynamic library \(([^)\s]+)\) that Paddle depends on is not configured",
        None, 0, "PaddlePaddle could not load a CUDA library", "library"),
@@ -59,6 +65,11 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
        "Numba cannot find the CUDA toolkit's NVVM"),
     _p("numba-no-driver", r"CUDA driver library cannot be found|CudaSupportError: Error at driver init", "no-driver",
        0.8, "Numba cannot find or start the CUDA driver"),
+    _p("cuda-home-unset", r"CUDA_HOME environment variable is not set|nvcc (?:was )?not found|"
+       r"No CUDA runtime is found, using CUDA_HOME", "missing-cuda-libs", 0.8,
+       "the CUDA toolkit (nvcc, CUDA_HOME) that a CUDA extension builds with is missing"),
+    _p("bnb-cuda-setup", r"CUDA Setup failed despite GPU being available", "missing-cuda-libs", 0.8,
+       "bitsandbytes could not find the CUDA runtime library it needs"),
     # --- out of memory ------------------------------------------------------------------------------------------
     _p("paddle-oom", r"Out of memory error on GPU (?:Virtual Memory )?\d+", "out-of-memory", 1.0,
        "PaddlePaddle ran out of GPU memory", also=("memory-held",)),
@@ -69,7 +80,7 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
     _p("ort-oom", r"Failed to allocate memory for requested buffer of size|CUDA failure 2: out of memory",
        "out-of-memory", 1.0, "ONNX Runtime ran out of GPU memory", also=("memory-held",)),
     _p("other-oom", r"OutOfMemoryError: (?:Out of memory allocating|CUDA out of memory)|CUDA Error: out of memory|"
-       r"GPU out of memory|cudaErrorMemoryAllocation", "out-of-memory", 1.0,
+       r"GPU out of memory|cudaErrorMemoryAllocation|MPS backend out of memory", "out-of-memory", 1.0,
        "GPU memory ran out (CuPy, darknet, a CUDA runtime call)", also=("memory-held",)),
     # --- versions that do not fit -------------------------------------------------------------------------------
     _p("paddle-compiled-newer", r"The installed Paddle is compiled with (?:CUDA|CUDNN) [\d.]+, but (?:CUDA runtime|"
@@ -91,6 +102,10 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
     _p("tf-jit-from-ptx", r"not built with CUDA kernel binaries compatible with compute capability",
        "unsupported-compute-capability", 0.6, "TensorFlow has no kernels for this GPU and compiles them from PTX",
        also=("cuda-version-mismatch",)),
+    _p("cudnn-no-engine", r"GET was unable to find an engine to execute this computation|"
+       r"FIND was unable to find an engine to execute this computation", "cuda-version-mismatch", 0.6,
+       "cuDNN has no engine for the call (a cuDNN that does not fit the build, or no memory left for a workspace)",
+       also=("out-of-memory",)),
     # --- containers and machines without a GPU ----------------------------------------------------------------
     _p("smi-not-found", r"nvidia-smi: (?:command )?not found|'nvidia-smi' is not recognized as an internal or "
        r"external command", "no-driver", 0.8, "nvidia-smi is missing: no driver here (or a container without GPUs)"),
@@ -98,6 +113,17 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
        "no-driver", 1.0, "Docker has no NVIDIA runtime (the NVIDIA Container Toolkit is not installed)"),
     _p("no-dev-nvidia", r"/dev/nvidia(?:ctl|\d+|-uvm)\b.{0,40}(?:No such file or directory|not found)", "no-driver",
        0.8, "the NVIDIA device files are missing (driver not loaded, or not passed to the container)"),
+    _p("smi-device-handle", r"Unable to determine the device handle for GPU|GPU has fallen off the bus",
+       "no-driver", 0.7, "the driver lost the GPU (hardware, power or PCIe fault; a reboot brings it back)"),
+    # --- a script asking for GPUs or processes it does not have ----------------------------------------------------
+    _p("deserialize-device", r"Attempting to deserialize object on CUDA device \d+ but torch\.cuda\.device_count\(\) "
+       r"is \d+|But your machine only has: \[\d", "invalid-device-index", 0.9,
+       "the script asks for a GPU index the machine does not have"),
+    _p("env-rendezvous-unset", r"environment variable (?:MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE) expected, but "
+       r"not set",
+       "process-group-missing", 0.8, "init_process_group(env://) in a process started without a launcher"),
+    _p("shm-no-space", r"unable to write to file </torch_\w+>|unable to open shared memory object </torch_\w+>",
+       "dataloader-shm", 0.8, "DataLoader workers could not pass batches through /dev/shm"),
     # --- hangs and timeouts between GPUs ------------------------------------------------------------------------
     _p("nccl-watchdog-stuck", r"ProcessGroupNCCL's watchdog got stuck for|Some NCCL operations have failed or timed "
        r"out|WorkNCCL\(.*ran for \d+ milliseconds before timing out", "nccl-error", 1.0,
