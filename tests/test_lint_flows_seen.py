@@ -312,3 +312,68 @@ for batch in train_dl:
     optimizer.step()
 """
     assert "PT005" not in ids(pt_src)
+
+
+LOADERS = [
+    # a data module that trains nothing itself: its training loader returns a batched, unprefetched pipeline
+    ("tf008-loader-with-split", True, TF + """
+def load_voc(split, batch_size):
+    ds = tf.data.TFRecordDataset(files[split]).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.apply(tf.data.experimental.dense_to_ragged_batch(batch_size=batch_size))
+    return ds, info
+"""),
+    ("tf008-loader-bound-to-train", True, TF + """
+def make_dataset(x, y, batch_size=1):
+    return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch_size)
+def get_datasets(x, y, batch_size):
+    train_dataset = make_dataset(x, y, batch_size)
+    return dict(train_dataset=train_dataset)
+"""),
+    ("tf008-loader-prefetched", False, TF + """
+def load_voc(split, batch_size):
+    return tf.data.TFRecordDataset(files[split]).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+"""),
+    ("tf008-loader-unbatched", False, TF + """
+def load_voc(split):
+    return tf.data.TFRecordDataset(files[split]).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+"""),
+    ("tf008-demo-loader", False, TF + """
+def load_demo_dataset(name="voc", batch_size=9):
+    return tf.data.TFRecordDataset(name).batch(batch_size)
+"""),
+    ("tf008-loader-no-split", False, TF + """
+def load_flowers(name="oxford_flowers102", batch_size=64):
+    return tf.data.TFRecordDataset(name).batch(batch_size)
+"""),
+    ("tf008-test-dataset-returned", False, TF + """
+def create_dataset(split, batch_size):
+    test_dataset = tf.data.Dataset.from_tensor_slices(x).batch(batch_size)
+    return test_dataset
+"""),
+]
+
+
+@pytest.mark.parametrize("name,expected,src", LOADERS, ids=[c[0] for c in LOADERS])
+def test_tf008_data_module_loaders(name, expected, src):
+    """TF008 in a file that trains nothing: the batched pipelines its training loaders return (keras-cv's
+    pascal_voc loader, cosmoflow's dummy dataset; tuning half) feed training in another file."""
+    assert ("TF008" in ids(src)) is expected
+
+
+def test_tf003_tensorpack_multi_gpu_trainer_is_multi_device_intent():
+    """TF003: a TF1 multi-tower trainer (tensorpack's SyncMultiGPUTrainer) means several GPUs are wanted, so a
+    default ``CUDA_VISIBLE_DEVICES='0'`` hides them (tensorpack's cifar-convnet fix, tuning half); a one-GPU
+    script choosing its GPU is left alone."""
+    src = TF + """
+import os
+if args.gpu:
+    os.environ['CUDA_VISIBLE_DEVICES'] = args.gpu
+else:
+    os.environ['CUDA_VISIBLE_DEVICES'] = '0'
+if get_nr_gpu() <= 1:
+    QueueInputTrainer(config).train()
+else:
+    SyncMultiGPUTrainer(config).train()
+"""
+    assert "TF003" in ids(src)
+    assert "TF003" not in ids(src.replace("SyncMultiGPUTrainer", "QueueInputTrainer"))

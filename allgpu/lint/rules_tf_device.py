@@ -16,16 +16,22 @@ from allgpu.lint.resolve import const_str, iter_body_nodes, kwarg
 
 _SINGLE_GPU = re.compile(r"^(/?job:[^/]+(/replica:\d+)?(/task:\d+)?)?/?(device:)?(gpu|cuda):\d+$")
 _CPU = re.compile(r"^(/?job:[^/]+(/replica:\d+)?(/task:\d+)?)?/?(device:)?cpu:0$")
-_INTENT_NAMES = {"num_gpus", "n_gpus", "ngpus", "gpu_count", "num_devices", "n_devices", "n_gpu", "num_gpu"}
+_INTENT_NAMES = {"num_gpus", "n_gpus", "ngpus", "gpu_count", "num_devices", "n_devices", "n_gpu", "num_gpu",
+                 "nr_gpu", "nr_gpus", "nr_tower", "num_towers"}
+# TF1 multi-tower trainers (tensorpack's SyncMultiGPUTrainer*, AsyncMultiGPUTrainer; ``MultiGPUTrainer`` classes)
+_MULTI_GPU_CLASS = re.compile(r"MultiGPU|MultiGpu")
 _ANY_GPU = re.compile(r"""(gpu|GPU|cuda):\s*(\d+)""")
 
 
 def multi_device_intent(ctx) -> bool:
-    """The script means to use several devices: a multi-device tf.distribute strategy, ``multi_gpu_model``, or a
-    ``num_gpus``-style name. Without it, pinning or choosing one GPU is simply how a one-GPU script runs."""
+    """The script means to use several devices: a multi-device tf.distribute strategy, ``multi_gpu_model``, a
+    ``num_gpus``/``nr_tower``-style name or a TF1 multi-GPU trainer class (tensorpack's ``SyncMultiGPUTrainer``).
+    Without it, pinning or choosing one GPU is simply how a one-GPU script runs."""
     mod = ctx.mod
     return (ctx.facts.has_strategy("tf") or any(n.lower() in _INTENT_NAMES for n in mod.name_ids)
-            or "num_gpus" in mod.attrs or "multi_gpu_model" in mod.name_ids or "multi_gpu_model" in mod.attrs)
+            or "num_gpus" in mod.attrs or "nr_tower" in mod.attrs or "multi_gpu_model" in mod.name_ids
+            or "multi_gpu_model" in mod.attrs
+            or any(_MULTI_GPU_CLASS.search(n) for n in (*mod.name_ids, *mod.attrs)))
 
 
 def check_tf002(ctx) -> None:

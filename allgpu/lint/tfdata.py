@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from allgpu.lint.facts import DISTRIBUTE_ATTRS
 from allgpu.lint.resolve import Module, dotted, iter_body_nodes
@@ -219,3 +220,56 @@ def _iterator_source(mod: Module, it: ast.AST) -> ast.expr | None:
                                                                          "make_initializable_iterator"))):
         return it.args[0]
     return None
+
+
+
+_LOADER_NAME = re.compile(r"dataset|loader|load_|_input|input_|pipeline|get_data|make_data|build_data")
+_NOT_TRAINING = ("test", "val", "eval", "predict", "serving", "infer", "demo")
+_SPLIT_PARAMS = {"split", "is_training", "training", "train", "subset", "mode"}
+
+
+def loader_returns(mod: Module) -> list[ast.expr]:
+    """The batched pipelines a data module's training loaders return (``def load_pascal_voc(split, batch_size):
+    ... return dataset, info``; ``train_dataset = construct_dataset(...)`` where ``construct_dataset`` returns
+    ``data.repeat().batch(n)``): for a file that trains nothing itself, these are what the project's training
+    script consumes. A loader counts when its name says train, it takes a split (``split``, ``is_training``,
+    ``mode``...) or the file binds its result to a train-named variable; loaders named for evaluation or demos,
+    returned names such as ``test_dataset``, and pipelines returned unbatched (the caller batches them) are left out."""
+    out = []
+    trained = _train_bound_calls(mod)
+    for name, defs in mod.functions.items():
+        low = name.lower()
+        if not _LOADER_NAME.search(low) or any(w in low for w in _NOT_TRAINING):
+            continue
+        for d in defs:
+            params = {a.arg for a in (*d.args.posonlyargs, *d.args.args, *d.args.kwonlyargs)}
+            if mod.enclosing_function(d) is not None or not (
+                    "train" in low or params & _SPLIT_PARAMS or name in trained):
+                continue
+            for node in iter_body_nodes(d.body):
+                if isinstance(node, ast.Return) and node.value is not None and mod.enclosing_function(node) is d:
+                    vals = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                    out += [v for v in vals if not (isinstance(v, ast.Name) and any(w in v.id.lower() for w in
+                            _NOT_TRAINING)) and classify(mod, v) == "tfdata" and _batched(mod, v)]
+    return out
+
+
+def _train_bound_calls(mod: Module) -> set[str]:
+    """Names of the functions whose result the file binds to a train-named variable (``train_ds = make(...)``)."""
+    return {dotted(v.func) for target, values in mod.assigns.items() if "train" in target.lower()
+            for v in values if isinstance(v, ast.Call) and dotted(v.func)}
+
+
+def _batched(mod: Module, expr: ast.expr) -> bool:
+    if any("batch" in m for m in pipeline(mod, expr)[1]):
+        return True
+    return any(isinstance(n, ast.Call) and "batch" in (dotted(n.func) or "") for n in ast.walk(expr)) or \
+        _applies_batch(mod, expr)
+
+
+def _applies_batch(mod: Module, expr: ast.expr) -> bool:
+    """``ds.apply(tf.data.experimental.dense_to_ragged_batch(n))`` somewhere in the pipeline."""
+    steps: list = []
+    pipeline(mod, expr, steps=steps)
+    return any(s.func.attr == "apply" and s.args and isinstance(s.args[0], ast.Call)
+               and "batch" in (dotted(s.args[0].func) or "") for s in steps)
