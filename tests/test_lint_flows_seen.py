@@ -329,6 +329,14 @@ def get_datasets(x, y, batch_size):
     train_dataset = make_dataset(x, y, batch_size)
     return dict(train_dataset=train_dataset)
 """),
+    # a package's dataset module: ``load(split, ...)`` (keras_cv.datasets.imagenet.load before PR #774)
+    ("tf008-package-load-function", True, TF + """
+def load(split, batch_size=None):
+    ds = tf.data.TFRecordDataset(files[split]).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    if batch_size is not None:
+        ds = ds.batch(batch_size)
+    return ds
+"""),
     ("tf008-loader-prefetched", False, TF + """
 def load_voc(split, batch_size):
     return tf.data.TFRecordDataset(files[split]).batch(batch_size).prefetch(tf.data.AUTOTUNE)

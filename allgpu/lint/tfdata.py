@@ -223,7 +223,7 @@ def _iterator_source(mod: Module, it: ast.AST) -> ast.expr | None:
 
 
 
-_LOADER_NAME = re.compile(r"dataset|loader|load_|_input|input_|pipeline|get_data|make_data|build_data")
+_LOADER_NAME = re.compile(r"^load$|dataset|loader|load_|_input|input_|pipeline|get_data|make_data|build_data")
 _NOT_TRAINING = ("test", "val", "eval", "predict", "serving", "infer", "demo")
 _SPLIT_PARAMS = {"split", "is_training", "training", "train", "subset", "mode"}
 
