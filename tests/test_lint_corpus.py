@@ -209,9 +209,10 @@ def test_build_puts_the_file_in_its_project_tree_with_the_modules_it_imports(tmp
              "sha256_before": sha, "sha256_after": sha}
     assert build.build([entry], tmp_path / "cache", tmp_path / "m", network=False) == ([], [])
     manifest = json.loads(build.manifest_file(tmp_path / "cache", entry, "before").read_text())
-    # the folder's .py files, what its imports resolve to (two levels: utils -> helpers2), nothing else
+    # the .py files of the folder and its parents, what its imports resolve to (two levels: utils -> helpers2)
     assert sorted(manifest["files"]) == ["common/dist.py", "helpers2.py", "models/__init__.py", "models/net.py",
                                          "pkg/other.py", "pkg/utils.py"]
+    assert "unrelated/x.py" not in manifest["files"] and "pkg/sub/deep.py" not in manifest["files"]
     assert manifest["commit"] == commit and manifest["files"]["pkg/other.py"] == hashlib.sha256(b"").hexdigest()
     assert build.project_file(tmp_path / "cache", entry, "after").read_text() == files["pkg/train.py"]
     # without a mirror for the tree (the single file is already cached), the entry stays single-file, said so

@@ -4,6 +4,10 @@ setup``, ``import engine``, resolved to the sibling files of the checked file (n
 Bounded: one level (a helper's own imports are not followed), candidates searched in the file's folder and
 its two parents (relative imports: exactly the folder the dots name), files over 1 MB skipped. Parsed helpers
 are cached by path, size and modification time, so a folder of scripts sharing ``utils.py`` parses it once.
+
+The other way round, :meth:`Importer.users` finds the project's modules that may use this one (a training script
+calling a data module's loader builder): the ``.py`` files of the same folders (at most 64 a folder) whose text
+names one of the given functions, parsed.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ LIBRARIES = frozenset({"tensorflow", "keras", "torch", "torchvision", "numpy", "
                         "math", "random", "argparse", "logging", "functools", "collections", "pathlib"})
 _MAX_BYTES = 1 << 20
 _PARENTS = 2
+_MAX_USERS_PER_FOLDER = 64
 
 
 class Importer:
@@ -35,6 +40,28 @@ class Importer:
             root = dotted.split(".")[0]
             self._memo[dotted] = None if root in LIBRARIES else self._find(dotted)
         return self._memo[dotted]
+
+    def users(self, names: set[str]) -> list:
+        """Modules of the ``.py`` files in this file's folder and its two parents (not this file) whose text
+        contains one of ``names`` (a cheap filter before parsing); each with ``.path`` set."""
+        out = []
+        for base in [self.dir, *list(self.dir.parents)[:_PARENTS]]:
+            try:
+                files = sorted(p for p in base.glob("*.py") if p.is_file())[:_MAX_USERS_PER_FOLDER]
+            except OSError:
+                continue
+            for p in files:
+                try:
+                    if p.resolve() == self.path or p.stat().st_size > _MAX_BYTES:
+                        continue
+                    text = p.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                if any(n in text for n in names):
+                    fm = _parse(p)
+                    if fm is not None:
+                        out.append(fm)
+        return out
 
     def _find(self, dotted: str):
         level = len(dotted) - len(dotted.lstrip("."))

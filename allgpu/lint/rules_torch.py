@@ -11,7 +11,7 @@ import re
 
 from allgpu.lint import tfdata, torch_train
 from allgpu.lint.accumulation import stepped_every_k
-from allgpu.lint.helper_loaders import unsharded_loader_helpers
+from allgpu.lint.helper_loaders import loaders_used_under_ddp, unsharded_loader_helpers
 from allgpu.lint.helper_saves import object_saves
 from allgpu.lint.rank_guard import calls_collective, guarded, node_guarded, rankish
 from allgpu.lint.rules_torch_device import INIT_HELPER, check_pt002  # noqa: F401  (the checker finds PT002 here)
@@ -164,6 +164,9 @@ def _find_trains_over(ctx, name: str, depth: int) -> bool:
 def check_pt003(ctx) -> None:
     mod = ctx.mod
     if not ctx.torch.wrapped:
+        for call, user in loaders_used_under_ddp(mod, TorchFacts):
+            ctx.emit("PT003", call, f"DataLoader without a DistributedSampler, used by {user}, which trains "
+                                    "under DDP: every rank reads the whole dataset")
         return
     _check_pt003_helpers(ctx)
     for call, _ in _loader_calls(mod):

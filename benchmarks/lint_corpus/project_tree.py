@@ -4,7 +4,8 @@
 (``allgpu/lint/project.py``: ``from helpers import f``, ``import engine``, ``from .utils import g``, searched in the
 file's folder and its two parents; relative imports in exactly the folder the dots name). A file scored alone
 loses those flows, so the author-fix cache also holds each labelled file inside a copy of its project: the
-``.py`` files of its own folder, and every module path its imports can resolve to (each dotted prefix, as
+``.py`` files of its own folder and of its two parents (where the linter also looks for the project's modules
+that use this one: a training script calling a data module's loader builder), and every module path its imports can resolve to (each dotted prefix, as
 ``name.py`` and ``name/__init__.py``, under each folder the linter searches) that exists in the repository at that
 commit; then the same for those modules' own imports (``DEPTH`` levels in all), so a linter that follows one
 level further still finds them. Only ``.py`` files, only what exists in ``git ls-tree`` at the commit.
@@ -120,11 +121,12 @@ def blobs(git_dir, commit: str, paths: list[str]) -> dict[str, bytes]:
 
 
 def project_files(git_dir, commit: str, path: str, text: bytes) -> dict[str, bytes]:
-    """The project modules to put beside ``path`` (not ``path`` itself): its folder's ``.py`` files and what
-    its imports resolve to, ``DEPTH`` levels deep, as ``{repository path: bytes}``."""
+    """The project modules to put beside ``path`` (not ``path`` itself): the ``.py`` files of its folder and of
+    its two parents, and what its imports resolve to, ``DEPTH`` levels deep, as ``{repository path: bytes}``."""
     present = tree_paths(git_dir, commit)
-    folder = PurePosixPath(path).parent
-    got: dict[str, bytes] = blobs(git_dir, commit, sorted(p for p in present if PurePosixPath(p).parent == folder
+    here = PurePosixPath(path).parent
+    folders = {here, *list(here.parents)[:PARENTS]}  # where the linter looks for project modules and their users
+    got: dict[str, bytes] = blobs(git_dir, commit, sorted(p for p in present if PurePosixPath(p).parent in folders
                                                            and p != path))
     frontier = {path: text}
     for _ in range(DEPTH):

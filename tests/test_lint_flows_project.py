@@ -1,0 +1,86 @@
+"""Issue 21, PyTorch flows that only show in a project's other files (the tuning half of the author-fix corpus,
+linted inside each file's project): written as small projects, and whether the rule must report the checked file."""
+
+import textwrap
+
+import pytest
+
+from allgpu.lint import RULES, check_path
+
+# a library data module: builds the training DataLoader, knows nothing of DDP itself
+DATA = """
+import torch
+from torch.utils.data import DataLoader
+
+class DataConfig:
+    def get_dataloader(self, dataset):
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=self.shuffle, sampler={sampler})
+
+    def get_dataloaders(self):
+        return {{name: d.get_dataloader(d.dataset) for name, d in self.datasets.items()}}
+
+def TrainDataLoader(config, train_dataset):
+    train_dataloader = DataLoader(train_dataset, batch_size=config.batch_size, num_workers=4)
+    return train_dataloader
+"""
+
+# the project's trainer, one folder up: runs DDP and calls the data module's builders
+TRAINER = """
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from pkg.data.base import TrainDataLoader
+
+def main(cfg, model, rank):
+    torch.distributed.init_process_group("nccl")
+    model = DDP(model.cuda(rank), device_ids=[rank])
+    {use}
+    for batch in loaders["train"]:
+        model(batch).sum().backward()
+"""
+
+
+def _pt003(tmp_path, sampler="None", use='loaders = cfg.data.get_dataloaders()', trainer=TRAINER, data=DATA):
+    data_dir = tmp_path / "pkg" / "data"
+    data_dir.mkdir(parents=True)
+    (data_dir / "base.py").write_text(textwrap.dedent(data).format(sampler=sampler))
+    (tmp_path / "pkg" / "trainer.py").write_text(textwrap.dedent(trainer).format(use=use))
+    return [f.line for f in check_path(data_dir / "base.py", select=list(RULES)) if f.rule_id == "PT003"]
+
+
+def test_pt003_data_module_loader_used_by_a_ddp_trainer_through_a_config_attribute(tmp_path):
+    assert _pt003(tmp_path) == [7]  # get_dataloader's loader: get_dataloaders() calls it, the trainer calls that
+
+
+def test_pt003_data_module_loader_imported_by_name_by_a_ddp_trainer(tmp_path):
+    use = "loaders = {'train': TrainDataLoader(cfg, ds)}"
+    assert _pt003(tmp_path, use=use) == [13]
+
+
+@pytest.mark.parametrize("change", [
+    {"sampler": "DistributedSampler(dataset)"},  # the authors' fix
+    {"trainer": TRAINER.replace("DDP(model.cuda(rank), device_ids=[rank])", "model.cuda()")
+                       .replace('torch.distributed.init_process_group("nccl")', "pass")},  # no DDP in the project
+    {"trainer": "import lightning\n" + TRAINER},  # Lightning puts the DistributedSampler in itself
+    {"data": DATA.replace("get_dataloader(", "get_val_dataloader(")
+                 .replace("TrainDataLoader(", "TestDataLoader(")},  # evaluation loaders
+    {"use": "loaders = cfg.data.get_datasets()"},  # the trainer does not use the loader builders
+    {"data": DATA.replace("self.batch_size,", "self.batch_size // self.world_size,")},  # it knows the ranks
+])
+def test_pt003_data_module_not_reported(tmp_path, change):
+    assert _pt003(tmp_path, **change) == []
+
+
+def test_pt003_data_module_alone_is_not_reported(tmp_path):
+    (tmp_path / "base.py").write_text(textwrap.dedent(DATA).format(sampler="None"))
+    assert [f for f in check_path(tmp_path / "base.py", select=list(RULES)) if f.rule_id == "PT003"] == []
+
+
+def test_pt003_colossalai_launcher_counts_as_ddp(tmp_path):
+    trainer = """
+    import colossalai
+    from pkg.data.base import TrainDataLoader
+    def main(cfg, ds):
+        colossalai.launch_from_torch(config={{}})
+        {use}
+    """
+    assert _pt003(tmp_path, trainer=trainer, use="loader = TrainDataLoader(cfg, ds)") == [13]
