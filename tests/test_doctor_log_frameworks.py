@@ -173,3 +173,22 @@ def test_informational_lines_of_other_frameworks_name_no_cause():
 ])
 def test_libraries_on_top_of_a_framework_and_launch_mistakes(text, cause):
     assert causes(text)[:1] == (cause,)
+
+
+@pytest.mark.parametrize("text, cause", [
+    # CUDA runtime error 30 in the wordings of old PyTorch, Caffe/Paddle checks and PyCUDA
+    ("THCudaCheck FAIL file=/pytorch/torch/lib/THC/THCGeneral.c line=70 error=30 : unknown error", "no-driver"),
+    ("RuntimeError: cuda runtime error (30) : unknown error at /pytorch/torch/lib/THC/THCGeneral.c:70", "no-driver"),
+    ("F0420 10:00:00.000 1 init.cc:34] Check failed: error == cudaSuccess (30 vs. 0)", "no-driver"),
+    ("pycuda._driver.Error: cuInit failed: unknown error", "no-driver"),
+    # an extension op built while no CUDA toolkit was found
+    ("RuntimeError: Not compiled with GPU support", "missing-cuda-libs"),
+    ("NotImplementedError: Cuda is not availabel", "missing-cuda-libs"),
+    # a single-process wrapper asked for several GPUs
+    ("AssertionError: MMDataParallel only supports single GPU training, if you need to train with multiple GPUs, "
+     "please use MMDistributedDataParallel instead.", "process-group-missing"),
+    # no PCI bus visible at all
+    ("pcilib: Cannot open /proc/bus/pci\nlspci: Cannot find any working access method.", "no-driver"),
+])
+def test_more_wordings_of_known_kinds(text, cause):
+    assert causes(text)[:1] == (cause,)

@@ -110,7 +110,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("torch-cuda-unknown", r"CUDA unknown error(?: - this may be due to an incorrectly set up environment)?",
        "no-driver", 0.6, "CUDA failed to start with an unknown error (a driver left unusable, e.g. after suspend)",
        also=('devices-hidden',)),
-    _p("cuda-error-30", r"\(30 vs\. 0\)\s*unknown error|failed with error #30\b|cudaErrorUnknown\b", "no-driver", 0.6,
+    _p("cuda-error-30", r"\(30 vs\. 0\)|failed with error #30\b|cudaErrorUnknown\b|cuda runtime error \(30\)|"
+       r"\berror=30 : unknown error|cuInit failed: unknown error", "no-driver", 0.6,
        "the CUDA runtime failed with an unknown error (error 30): the driver is not usable here"),
     _p("tf-set-visible-empty", r"set_visible_devices\(\s*\[\s*\]", "devices-hidden", 1.0,
        "tf.config.set_visible_devices([]) hides every GPU"),

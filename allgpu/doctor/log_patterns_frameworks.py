@@ -27,6 +27,11 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
        "MXNet is a CPU build (mxnet, not mxnet-cuXXX)"),
     _p("caffe-cpu-only", r"Cannot use GPU in CPU-only Caffe|CPU-only Mode", "cpu-build", 1.0,
        "Caffe was built with CPU_ONLY"),
+    # C++/CUDA extension ops (maskrcnn-benchmark, detectron2, Deformable-DETR's make.sh) built while no CUDA
+    # toolkit was found (CUDA_HOME unset): settled as the toolkit missing at build time.
+    _p("extension-without-cuda", r"Not compiled with GPU support|NotImplementedError: Cuda is not availab(?:le|el)",
+       "missing-cuda-libs", 0.8, "a CUDA extension was built without the CUDA toolkit (CUDA_HOME unset when it "
+       "compiled)", also=("cpu-build",)),
     _p("not-compiled-with-gpu", r"\b(?:not|never) (?:compiled|built) with (?:CUDA|GPU|cuda|gpu)(?: support| enabled)?|"
        r"\b(?:compiled|built) without (?:CUDA|GPU) support|GPU Tree Learner was not enabled in this build|"
        r"not compiled with GPU offload support", "cpu-build", 0.9,
@@ -113,12 +118,17 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
        "no-driver", 1.0, "Docker has no NVIDIA runtime (the NVIDIA Container Toolkit is not installed)"),
     _p("no-dev-nvidia", r"/dev/nvidia(?:ctl|\d+|-uvm)\b.{0,40}(?:No such file or directory|not found)", "no-driver",
        0.8, "the NVIDIA device files are missing (driver not loaded, or not passed to the container)"),
+    _p("no-pci-access", r"pcilib: Cannot open /proc/bus/pci|lspci: Cannot find any working access method", "no-driver",
+       0.6, "the system shows no PCI bus (WSL1, some containers and VMs): no GPU is passed to it"),
     _p("smi-device-handle", r"Unable to determine the device handle for GPU|GPU has fallen off the bus",
        "no-driver", 0.7, "the driver lost the GPU (hardware, power or PCIe fault; a reboot brings it back)"),
     # --- a script asking for GPUs or processes it does not have ----------------------------------------------------
     _p("deserialize-device", r"Attempting to deserialize object on CUDA device \d+ but torch\.cuda\.device_count\(\) "
        r"is \d+|But your machine only has: \[\d", "invalid-device-index", 0.9,
        "the script asks for a GPU index the machine does not have"),
+    _p("single-gpu-wrapper", r"only supports single GPU training, if you need to train with multiple GPUs",
+       "process-group-missing", 0.8, "a single-process wrapper (mmcv's MMDataParallel) asked for several GPUs: start "
+       "the script with the distributed launcher (dist_train.sh, torchrun)"),
     _p("env-rendezvous-unset", r"environment variable (?:MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE) expected, but "
        r"not set",
        "process-group-missing", 0.8, "init_process_group(env://) in a process started without a launcher"),
