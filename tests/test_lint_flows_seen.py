@@ -385,3 +385,37 @@ else:
 """
     assert "TF003" in ids(src)
     assert "TF003" not in ids(src.replace("SyncMultiGPUTrainer", "QueueInputTrainer"))
+
+
+CONFIG_BATCH = TF + """
+import yaml
+config = yaml.safe_load(open("train.yaml"))
+dataset_train = build_dataset(preprocess_config=config["train"]["preprocess"], mode="train")
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    model = build_model(batch_size=config["train"]["preprocess"]["batch_size"])
+    model.compile(optimizer="adam", loss="mse")
+model.fit(dataset_train, epochs=3)
+"""
+
+
+def test_tf007_batch_from_a_configuration_mapping():
+    """TF007: the builder of fit's input gets the part of the configuration that holds the batch size, and the
+    file never scales it by the replica count (DeepReg's 'batch_size in config is per device' fix, tuning half);
+    scaled in place, or a per-replica name in sight, it is left alone. ``.batch(cfg["batch_size"])`` likewise."""
+    assert "TF007" in ids(CONFIG_BATCH)
+    scaled = CONFIG_BATCH.replace('strategy = tf.distribute.MirroredStrategy()\n', 'strategy = tf.distribute.'
+                                  'MirroredStrategy()\nconfig["train"]["preprocess"]["batch_size"] *= '
+                                  'strategy.num_replicas_in_sync\n')
+    assert "TF007" not in ids(scaled)
+    assert "TF007" not in ids(CONFIG_BATCH.replace('preprocess_config=config["train"]["preprocess"]', 'mode="x"'))
+    direct = TF + """
+opts = vars(parser.parse_args())
+ds = tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=4).batch(opts['batch_size']).prefetch(1)
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    model = build()
+model.fit(ds)
+"""
+    assert "TF007" in ids(direct)
+    assert "TF007" not in ids(direct.replace("MirroredStrategy()", "MirroredStrategy()\nprint(strategy.num_replicas_in_sync)"))

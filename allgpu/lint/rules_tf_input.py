@@ -9,6 +9,7 @@ from allgpu.lint import tfdata
 from allgpu.lint.batch_values import applied_batch, const_int, loader_batch
 from allgpu.lint.astutil import in_test_case, star_kwarg
 from allgpu.lint.binding import after_strategy_ends, name_loads
+from allgpu.lint.config_batch import check_config_batch
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg
 
 
@@ -94,6 +95,8 @@ def check_tf007(ctx) -> None:
                 ctx.emit("TF007", node, f"batch size {size}{note} is fixed: with N replicas each GPU gets "
                                         f"{size}/N; scale it by strategy.num_replicas_in_sync")
     _check_loaders(ctx)
+    check_config_batch(ctx, _training_inputs(ctx), [c for c, _ in mod.calls if id(c) in trained and isinstance(
+        c.func, ast.Attribute) and c.func.attr in ("batch", "padded_batch")])
     _check_tf007_in_other_modules(ctx)
 
 
