@@ -84,3 +84,62 @@ def test_pt003_colossalai_launcher_counts_as_ddp(tmp_path):
         {use}
     """
     assert _pt003(tmp_path, trainer=trainer, use="loader = TrainDataLoader(cfg, ds)") == [13]
+
+
+# ---- PT008: DDP wraps what a project helper returns: an instance of a project class built on a library BN model
+MAIN = """
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from model import load_model
+
+def worker(gpu, args):
+    torch.distributed.init_process_group("nccl", rank=gpu, world_size=args.world_size)
+    model, optimizer = load_model(args)
+    model = DDP(model, device_ids=[gpu])
+"""
+MODEL = """
+import torch
+from modules import SimCLR
+
+def load_model(args):
+    model = SimCLR(args){extra}
+    model = model.to(args.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
+    return model, optimizer
+"""
+NET = """
+import torch.nn as nn
+import torchvision
+
+class SimCLR(nn.Module):
+    def __init__(self, args):
+        super().__init__()
+        self.encoder = self.get_encoder(args.arch)
+        self.projector = nn.Linear(512, 128)
+
+    def get_encoder(self, name):
+        encoders = {{"small": torchvision.models.{arch}(), "large": torchvision.models.{arch}()}}
+        return encoders[name]
+"""
+
+
+def _pt008(tmp_path, arch="resnet18", extra="", model=MODEL):
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / "__init__.py").write_text("from .simclr import SimCLR\n")
+    (tmp_path / "modules" / "simclr.py").write_text(textwrap.dedent(NET).format(arch=arch))
+    (tmp_path / "model.py").write_text(textwrap.dedent(model).format(extra=extra))
+    (tmp_path / "main.py").write_text(textwrap.dedent(MAIN))
+    return [f.line for f in check_path(tmp_path / "main.py", select=list(RULES)) if f.rule_id == "PT008"]
+
+
+def test_pt008_helper_returns_a_project_class_built_on_a_library_batchnorm_model(tmp_path):
+    assert _pt008(tmp_path) == [9]  # SimCLR: load_model() -> SimCLR(args) -> torchvision resnet18, re-exported
+
+
+@pytest.mark.parametrize("change", [
+    {"arch": "vit_b_16"},  # no BatchNorm in the library model
+    {"extra": "\n    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)"},  # converted in the helper
+    {"model": MODEL.replace("return model, optimizer", "return optimizer")},  # the class's instance not returned
+])
+def test_pt008_helper_class_not_reported(tmp_path, change):
+    assert _pt008(tmp_path, **change) == []

@@ -13,6 +13,7 @@ import ast
 import re
 
 from allgpu.lint.binding import name_loads
+from allgpu.lint.project import Importer
 from allgpu.lint.rank_guard import rankish
 from allgpu.lint.resolve import const_str, dotted, iter_body_nodes
 
@@ -77,18 +78,86 @@ def _feeding_calls(mod, wrap: ast.Call) -> list[ast.Call]:
     return out
 
 
-def _builds_bn_model(owner, fn) -> bool:
+def _builds_bn_model(owner, fn, depth: int = 0) -> bool:
+    """``fn`` (of the project module ``owner``) returns a library BatchNorm model it builds, or (one level more,
+    ``depth`` 0) an instance of a project class, or a project function's result, built the same way: SimCLR's
+    ``load_model()`` returning ``SimCLR(args)``, whose ``__init__`` takes ``torchvision.models.resnet50()``."""
     if owner is None or not any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fn)):
         return False
     calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
-    names = {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(fn) if isinstance(n, (ast.Name, ast.Attribute))}
-    if any(re.search(r"(?i)sync_?batch_?norm|sync_?bn", n) for n in names):
+    if _mentions_sync_bn(fn):
         return False
     for call in calls:
         arch = _arch_name(owner, call)
         if arch and (arch == "<any torchvision>" or _BN_ARCH.match(arch.lower())):
             return True
+    if depth:
+        return False
+    returned = _returned(fn)
+    for call in calls:
+        if id(call) not in returned:
+            continue
+        found = _project_def(owner, call.func)
+        if found is None:
+            continue
+        inner, node = found
+        if isinstance(node, ast.ClassDef):
+            if not _mentions_sync_bn(node) and any(_builds_bn_model(inner, m, 1) or _bn_arch_in(inner, m)
+                                                   for m in node.body if isinstance(m, ast.FunctionDef)):
+                return True
+        elif _builds_bn_model(inner, node, 1):
+            return True
     return False
+
+
+def _mentions_sync_bn(node) -> bool:
+    names = {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(node)
+             if isinstance(n, (ast.Name, ast.Attribute))}
+    return any(re.search(r"(?i)sync_?batch_?norm|sync_?bn", n) for n in names)
+
+
+def _bn_arch_in(owner, fn) -> bool:
+    """A method that builds a library BatchNorm model (``self.encoder = self.get_resnet(...)`` or the getter)."""
+    return any(isinstance(c, ast.Call) and (a := _arch_name(owner, c)) and (a == "<any torchvision>" or
+               _BN_ARCH.match(a.lower())) for c in ast.walk(fn))
+
+
+def _returned(fn) -> set[int]:
+    """ids of the calls whose value ``fn`` returns: directly, in a returned tuple, or through a returned name."""
+    names, out = set(), set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Return) and n.value is not None:
+            for v in (n.value.elts if isinstance(n.value, ast.Tuple) else [n.value]):
+                if isinstance(v, ast.Call):
+                    out.add(id(v))
+                elif dotted(v):
+                    names.add(dotted(v))
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and any(dotted(t) in names for t in n.targets):
+            out.add(id(n.value))
+    return out
+
+
+def _project_def(owner, func: ast.expr):
+    """``(module, class or function)`` that ``func`` names through ``owner``'s imports of its own project
+    (following one re-export in a package's ``__init__``), or None."""
+    path = getattr(owner, "path", None)
+    qn = owner.qualname(func) or ""
+    if path is None or "." not in qn.lstrip("."):
+        return None
+    module, _, name = qn.rpartition(".")
+    for _ in range(2):
+        fm = Importer(path).load(module)
+        if fm is None:
+            return None
+        defs = fm.classes.get(name) or fm.functions.get(name)
+        if defs:
+            return fm, defs[-1]
+        target = fm.aliases.get(name)  # ``from .simclr import SimCLR`` in ``modules/__init__.py``
+        if not target or getattr(fm, "path", None) is None:
+            return None
+        path, (module, _, name) = fm.path, target.rpartition(".")
+    return None
 
 
 def distributed_aware(mod) -> bool:
