@@ -75,7 +75,8 @@ _R = [
          "A constant tuned for one GPU leaves every GPU underfed (and changes the optimisation). Followed into\n"
          "helpers (`load_data(32)` that batches by its argument), `fit(**kwargs)` dicts, command-line defaults\n"
          "(`FLAGS.batch_size`, `args.batch_size`), `ds.apply(dense_to_ragged_batch(n))` and a library loader's\n"
-         "`batch_size=` feeding fit; unit-test modules are left alone; a pipeline that is\n"
+         "`batch_size=` feeding fit, a batch size read from a configuration mapping (`cfg[\"batch_size\"]`)\n"
+         "when the file never mentions the replica count; unit-test modules are left alone; a pipeline that is\n"
          "only evaluated on (evaluate, predict, validation_data) is not reported, nor, when the pipelines\n"
          "training consumes are known, a batch outside them (a vocabulary, a metric's candidates).\n"
          "Fix:\n    BATCH_PER_REPLICA = 64\n"
@@ -85,7 +86,8 @@ _R = [
          "tf.data pipeline feeds training without .prefetch()",
          "Without prefetch, input preparation and the training step take turns: the GPUs wait for each batch.\n"
          "Found for pipelines that training consumes: fit's input, a training loop's iterable, an iterator drawn\n"
-         "with next()/get_next() in a training script, an Estimator input_fn's return. Pipelines given to\n"
+         "with next()/get_next() in a training script, an Estimator input_fn's return, and, in a data module\n"
+         "that trains nothing itself, what its training loaders return (batched). Pipelines given to\n"
          "strategy.experimental_distribute_dataset are not reported: it adds a prefetch to the devices itself.\n"
          "Fix: end the pipeline with `dataset = dataset.prefetch(tf.data.AUTOTUNE)`."),
     Rule("TF009", "warning", "map-serial",
