@@ -16,6 +16,7 @@ miss. The interval is Wilson's 95% score interval. Logs we wrote ourselves are u
 
     python benchmarks/doctor_log_eval.py                   # held-out (round >= 2) and tuned-on (round 1); held-out misses
     python benchmarks/doctor_log_eval.py --misses tuned-on # list the tuning data's misses instead (while tuning)
+    python benchmarks/doctor_log_eval.py --misses tuning   # only the tuning halves' misses (what may be tuned on)
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def score(rows: list[dict], texts: dict[str, str]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--misses", choices=("held-out", "tuned-on", "all", "none"), default="held-out")
+    parser.add_argument("--misses", choices=("held-out", "tuned-on", "tuning", "all", "none"), default="held-out")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = references()
@@ -105,6 +106,9 @@ def main() -> int:
               f"{r['wilson95'][1]:.3f}], settled cause among the candidates named {r['among_named']}/{r['logs']}")
     print(f"cumulative, every log at its first scoring: {total['top1']:.3f} on {total['logs']} "
           f"[{total['wilson95'][0]:.3f}, {total['wilson95'][1]:.3f}]")
+    if args.misses == "tuning":  # the split's tuning halves: the only logs whose texts may be read while tuning
+        tuning = {r["id"] for r in groups["tuned-on"] if r.get("split") == "tuning"}
+        results["tuning"] = {"misses": [m for m in results["tuned-on"]["misses"] if m["id"] in tuning]}
     for half, r in results.items():
         if args.misses in (half, "all"):
             for m in r["misses"]:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from allgpu.doctor.log_facts import LogFacts, read_facts
+from allgpu.doctor.log_families import FamilyHit, library_cause, read_families
 from allgpu.doctor.log_patterns import PATTERNS, PREFIX, Pattern
 from allgpu.doctor.log_patterns_frameworks import FRAMEWORK_PATTERNS
 from allgpu.doctor.log_patterns_setup import SETUP_PATTERNS
@@ -21,11 +22,6 @@ ALL_PATTERNS: tuple[Pattern, ...] = PATTERNS + SETUP_PATTERNS + FRAMEWORK_PATTER
 
 _UNIT = {"B": 1 / 2**20, "KB": 1 / 1024, "KiB": 1 / 1024, "MB": 1.0, "MiB": 1.0, "GB": 1024.0, "GiB": 1024.0,
          "TB": 2**20, "TiB": 2**20}
-# Libraries whose absence is not a reason for an idle GPU (TensorRT is optional), or means no driver.
-_OPTIONAL_LIBS = ("libnvinfer", "nvinfer", "libtpu")
-_DRIVER_LIBS = ("libcuda.so", "nvcuda.dll", "libnvidia-ml")
-# Parts of a library name that make it a CUDA library (PyTorch's torch_cuda.dll, caffe2_nvrtc.dll, libc10_cuda.so).
-_CUDA_PARTS = re.compile(r"cuda|cudnn|cublas|cufft|curand|cusolver|cusparse|nvrtc|nvjitlink|nccl|cupti", re.I)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colour codes in captured terminal output
 # Quotes that a browser or editor retyped in a pasted message ("couldn‘t communicate").
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
@@ -68,6 +64,8 @@ class LogReading:
         setting: operating system, frameworks, builds' CUDA and devices named (:mod:`allgpu.doctor.log_setting`).
         throughput: the throughput series (:mod:`allgpu.doctor.log_throughput`).
         tail: the last few non-blank lines, ``(line, text)``: where a run that hangs stops.
+        families: the signs of cause families (:mod:`allgpu.doctor.log_families`), the fallback the verdict uses
+            when no known message names a cause.
     """
 
     lines: int = 0
@@ -84,6 +82,7 @@ class LogReading:
     setting: Setting = field(default_factory=Setting)
     throughput: Throughput = field(default_factory=Throughput)
     tail: list[tuple[int, str]] = field(default_factory=list)
+    families: list[FamilyHit] = field(default_factory=list)
 
     def causes(self) -> list[LogHit]:
         """Hits that point at a cause (weight > 0)."""
@@ -108,17 +107,6 @@ def _framework(src: str, text: str) -> str | None:
     if "torch" in low or "cuda out of memory" in low:
         return "pytorch"
     return None
-
-
-def _library_cause(lib: str) -> tuple[str | None, float]:
-    low = lib.lower()
-    if low.startswith(_OPTIONAL_LIBS):
-        return None, 0.0
-    if low.startswith(_DRIVER_LIBS):
-        return "no-driver", 1.0
-    if re.match(r"(lib)?(cu|nv|nccl)", low) or _CUDA_PARTS.search(low):
-        return "missing-cuda-libs", 1.0
-    return None, 0.0
 
 
 def _jax_backend_cause(reason: str) -> tuple[str | None, float]:
@@ -235,7 +223,7 @@ def _hit(pat: Pattern, m: re.Match[str], text: str, lines: list[str], i: int, re
     """The (cause, weight) this match gives, or None when it gives no cause."""
     kind = pat.kind
     if kind == "library":
-        return _library_cause(m.group(1))
+        return library_cause(m.group(1))
     if kind == "jax-backend":
         return _jax_backend_cause(m.group(1))
     if kind == "torch-oom":
@@ -302,5 +290,6 @@ def read_log(text: str) -> LogReading:
             if fw and (cause or pat.kind):
                 reading.frameworks.add(fw)
     reading.frameworks |= reading.setting.frameworks
+    reading.families = read_families(lines, frozenset(h.line for h in reading.hits))
     reading.tail = [(n + 1, ln.strip()[:240]) for n, ln in enumerate(lines) if ln.strip()][-TAIL:]
     return reading

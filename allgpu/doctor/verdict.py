@@ -247,6 +247,19 @@ def _all_used(present: int | None, registered: int | None, used: int | None) -> 
     return used >= registered
 
 
+FAMILY_NOTE = ("Read from the wording's family, not from a message the doctor knows: lower confidence; check the "
+               "evidence line.")
+
+
+def _family_findings(log: LogReading) -> list[Problem]:
+    """The fallback when no known message names a cause: the cause families' signs
+    (:mod:`allgpu.doctor.log_families`), each finding marked as of lower confidence; none when no sign appears."""
+    scores = _Scores()
+    for hit in log.families:
+        scores.add(hit.cause, hit.weight, "family:" + hit.sign, f"log line {hit.line}: {hit.text}", hit.also)
+    return _findings(scores, {cause: FAMILY_NOTE for cause in scores.weights})
+
+
 def verdict_from_log(log: LogReading) -> Verdict:
     """The verdict for a log alone (``allgpu doctor --log FILE``).
 
@@ -256,6 +269,8 @@ def verdict_from_log(log: LogReading) -> Verdict:
     scores = _log_scores(log)
     present, registered, used = _log_devices(log)
     findings = _findings(scores, _details(log))
+    if not findings:
+        findings = _family_findings(log)
     if not findings and _all_used(present, registered, used):
         findings = [Problem("multi-gpu-ok", "info",
                             f"The log shows {registered} GPU(s) registered"

@@ -1,0 +1,239 @@
+"""The fallback reader of ``allgpu doctor --log``: each cause's *family* of wordings, for logs in which no known
+message (:mod:`allgpu.doctor.log_patterns`, ``log_patterns_setup``, ``log_patterns_frameworks``) names a cause.
+
+The exact readers know messages one by one, and every new library or version words the same cause anew (MXNet's
+"GPU is not enabled", ggml's "was compiled for: 520", a bare "CUSOLVER Error 7"). A family is what every wording of one
+cause has in common, as the field words it: a build "not compiled with CUDA", "CPU-only", "+cpu"; a ``lib*.so*`` or
+``*.dll`` that "cannot open" / "not found" / "could not load"; an arch "compiled for: NNN", "sm_NN is not compatible",
+"no kernel image", "invalid device function"; memory "out of memory", "OOM", "failed to allocate", a math library's
+``ALLOC_FAILED`` (or its status number). Status numbers are the enums of NVIDIA's headers (``cublas_api.h``,
+``cusolver_common.h``, ``cusparse.h``, ``cufft.h``, ``cudnn.h``).
+
+A family sign is weaker evidence than a known message: the verdict uses it only when no known message names a
+cause, marks the finding as read from the wording's family, and names no cause when no family sign appears.
+
+Pure: reads only the lines given.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+I = re.IGNORECASE
+# The weight of a family sign: enough to name a cause alone (the verdict's threshold is 0.6), less than a known
+# message. Generic signs (any "out of memory", a driver "not found") rank below specific ones when both appear.
+SPECIFIC, GENERIC = 0.65, 0.6
+
+# Libraries whose absence is not a reason for an idle GPU (TensorRT is optional), or means no driver.
+_OPTIONAL_LIBS = ("libnvinfer", "nvinfer", "libtpu")
+_DRIVER_LIBS = ("libcuda.so", "nvcuda.dll", "libnvidia-ml", "nvml.dll")
+# Parts of a library name that make it a CUDA library (PyTorch's torch_cuda.dll, caffe2_nvrtc.dll, libc10_cuda.so).
+_CUDA_PARTS = re.compile(r"cuda|cudnn|cublas|cufft|curand|cusolver|cusparse|nvrtc|nvjitlink|nccl|cupti|nvvm", re.I)
+
+
+def library_cause(lib: str) -> tuple[str | None, float]:
+    """The cause a library that failed to load points at: ``no-driver`` for the driver's own libraries,
+    ``missing-cuda-libs`` for CUDA's, none for optional or unrelated ones (``libGL.so.1``)."""
+    low = lib.lower().lstrip("'\"`")
+    if low.startswith(_OPTIONAL_LIBS):
+        return None, 0.0
+    if low.startswith(_DRIVER_LIBS):
+        return "no-driver", 1.0
+    if re.match(r"(lib)?(cu|nv|nccl)", low) or _CUDA_PARTS.search(low):
+        return "missing-cuda-libs", 1.0
+    return None, 0.0
+
+
+@dataclass(frozen=True)
+class Sign:
+    """One sign of a cause family: ``kind`` is ``""`` (the match names ``cause``), ``"library"`` (group 1 is a
+    library name, judged by :func:`library_cause`) or ``"status"`` (groups 1-2: a math library and its status)."""
+
+    id: str
+    cause: str
+    regex: re.Pattern[str]
+    weight: float
+    what: str
+    kind: str = ""
+    also: tuple[str, ...] = ()
+
+
+def _s(sid: str, cause: str, regex: str, weight: float, what: str, kind: str = "", also: tuple[str, ...] = (),
+       flags: int = I) -> Sign:
+    return Sign(sid, cause, re.compile(regex, flags), weight, what, kind, also)
+
+
+_LIB = r"((?:lib)?[\w+.-]*?(?:\.so(?:\.[\d.]+)?|\.dll))\b"
+_FAILS = (r"(?:cannot open|can't open|could not (?:be )?(?:open|load|find|found|locate|loaded)|couldn't (?:open|load|"
+          r"find)|cannot (?:find|load|locate)|not found|no such file|failed to (?:load|open|find|locate|dlopen)|"
+          r"unable to (?:load|open|find|locate)|is missing|missing)")
+
+FAMILIES: tuple[Sign, ...] = (
+    # --- the GPU's architecture is not in the build ---------------------------------------------------------------
+    _s("arch-words", "unsupported-compute-capability",
+       r"\bcompiled for: ?\d{2,3}\b|no device code compatible with CUDA arch|not compiled with any CUDA arch|"
+       r"\bsm_\d{2,3}a? is not compatible|no kernel image|invalid device function|cudaErrorInvalidDeviceFunction|"
+       r"cudaErrorNoKernelImageForDevice|unsupported gpu architecture|(?:compute|CUDA) capability (?:of )?"
+       r"(?:sm_)?[\d.]+ (?:is )?(?:not supported|too (?:low|old)|below|less than|lower than|smaller than)|"
+       r"(?:minimum|min\.?) (?:required )?(?:CUDA )?compute capability|\bGPU (?:is )?too old\b|"
+       r"\barch(?:itecture)? mismatch\b",
+       SPECIFIC, "the build has no kernels for this GPU's architecture", also=("cuda-version-mismatch",)),
+    # --- driver, CUDA and cuDNN versions that do not fit ----------------------------------------------------------
+    _s("version-words", "cuda-version-mismatch",
+       r"\bdriver (?:version )?(?:is )?(?:too old|insufficient|outdated|older than)|(?:update|upgrade) (?:your |the )?"
+       r"(?:NVIDIA |GPU |graphics )?driver|requires? (?:a )?(?:newer|NVIDIA) driver|\b(?:CUDA|cuDNN|cudnn|NCCL|driver)"
+       r" version mismatch|version mismatch.{0,40}\b(?:CUDA|cuDNN)|mismatches the version that was used to compile|"
+       r"compiled (?:with|against|for) (?:CUDA|cuDNN|cudnn) [\d.]+,? but|incompatible with (?:the )?(?:installed |"
+       r"current )?(?:CUDA|driver|cuDNN)|undefined symbol: \w*(?:cuda|cudnn|cublas|cusparse|cusolver|cufft|nccl|"
+       r"nvrtc|nvJitLink)\w*|version [`'](?:lib)?(?:cu\w*|nccl\w*|CUDNN_\w*|libcudnn[\w.]*)' not found",
+       SPECIFIC, "the driver, CUDA or cuDNN does not fit the build", also=("missing-cuda-libs",)),
+    # --- a build without CUDA -------------------------------------------------------------------------------------
+    _s("cpu-build-words", "cpu-build",
+       r"\b(?:not|n't|never) (?:been )?(?:compiled|built|enabled|installed|configured) (?:with|for) (?:the )?"
+       r"(?:CUDA|GPU|cuDNN|NVIDIA)|\bGPU (?:support )?(?:is )?not enabled\b|\bGPU support (?:is )?(?:disabled|off)\b|"
+       r"\bCPU[- ]only\b|\b\d+\.\d+(?:\.\d+)?\+cpu\b|(?:[\w-]+[-_]cpu)(?:==|\s+)\d|without (?:CUDA|GPU) support|"
+       r"\b(?:USE|WITH|GGML|LLAMA)_(?:CUDA|GPU|CUBLAS)\s*[=:]\s*(?:0|OFF|False)\b|\bno CUDA support\b",
+       SPECIFIC, "the library was built or installed without GPU support", also=("no-driver",)),
+    # --- a CUDA library not found ---------------------------------------------------------------------------------
+    _s("library-fails", "missing-cuda-libs", _LIB + r"\W{0,4}.{0,40}?" + _FAILS, SPECIFIC,
+       "a CUDA library could not be loaded", "library"),
+    _s("fails-library", "missing-cuda-libs", _FAILS + r"\W{1,4}(?:the )?(?:library |module |file )?['\"`]?[^\s'\"`]*?"
+       + _LIB, SPECIFIC, "a CUDA library could not be loaded", "library"),
+    _s("toolkit-words", "missing-cuda-libs",
+       r"\b(?:cuDNN|CUDA toolkit|CUDA runtime|cudart|cuBLAS|NCCL|nvcc)\b(?: library)? (?:is )?(?:not found|missing|"
+       r"not installed|could not be (?:found|loaded))|DLL load failed",
+       SPECIFIC, "the CUDA toolkit or one of its libraries is missing", also=("cuda-version-mismatch",)),
+    # --- a math library's status: by name or by its number --------------------------------------------------------
+    _s("math-status", "status", r"\b(cu(?:BLAS|SOLVER|SPARSE|FFT|DNN))[ _:]*(?:status|error|failure|failed)\W{0,4}"
+       r"(?:code\W{0,3})?(\d{1,2})\b|\b(CU(?:BLAS|SOLVER|SPARSE|FFT|DNN))_(?:STATUS_)?([A-Z_]+)\b",
+       SPECIFIC, "a CUDA math library returned an error status", "status"),
+    # --- no driver ------------------------------------------------------------------------------------------------
+    _s("driver-words", "no-driver",
+       r"\b(?:NVIDIA |GPU |CUDA |graphics )driver (?:is )?(?:not (?:installed|loaded|found|detected|running|present)|"
+       r"missing)|\bno (?:NVIDIA |CUDA |GPU )?driver (?:found|installed|detected|present)|kernel module.{0,30}"
+       r"\bnvidia\b.{0,30}not (?:loaded|found)|nvidia-smi.{0,40}(?:not found|failed|not recognized|No such file)|"
+       r"\bcuInit\b.{0,40}(?:fail|error)|could not (?:initialize|init|load) (?:the )?(?:CUDA|NVIDIA) driver|"
+       r"cudaErrorInitializationError|CUDA_ERROR_NOT_INITIALIZED|cudaErrorNoDevice\b",
+       GENERIC, "no usable NVIDIA driver", also=("devices-hidden",)),
+    # --- a GPU index that is not there ----------------------------------------------------------------------------
+    _s("index-words", "invalid-device-index",
+       r"invalid device (?:ordinal|id|index|number)|\b(?:device|gpu|cuda)(?: id| index| ordinal)?[ :]\d+ (?:is )?"
+       r"(?:out of range|does not exist|not (?:found|available|exist))|\bonly \d+ (?:GPU|device|CUDA device)s? "
+       r"(?:is |are )?(?:available|found|detected|visible)|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE\b",
+       SPECIFIC, "the script asks for a GPU index that is not there"),
+    # --- launch: ports, process groups, shared memory, NCCL --------------------------------------------------------
+    _s("port-words", "port-in-use",
+       r"address already in use|EADDRINUSE|WinError 10048|Only one usage of each socket address|\bport \d+ (?:is )?"
+       r"(?:already )?(?:in use|taken|occupied)|errno:? 98\b",
+       SPECIFIC, "the rendezvous port is taken"),
+    _s("group-words", "process-group-missing",
+       r"process group.{0,30}not (?:been )?initiali[sz]ed|init_process_group.{0,40}(?:not|never) (?:been )?called|"
+       r"must (?:call|be initiali[sz]ed with) .{0,20}init_process_group|torch\.distributed is not initiali[sz]ed|"
+       r"distributed (?:package|environment|backend) (?:is |has )?not (?:been )?initiali[sz]ed",
+       SPECIFIC, "a distributed call ran outside a process group"),
+    _s("shm-words", "dataloader-shm",
+       r"(?:/dev/shm|shared memory).{0,60}(?:No space|insufficient|out of|too small|full|exhausted)|(?:unable|could "
+       r"not|failed) to (?:allocate|create|open|write|map).{0,40}shared memory|Bus error.{0,60}(?:worker|DataLoader)|"
+       r"DataLoader.{0,60}Bus error",
+       SPECIFIC, "DataLoader workers ran out of shared memory"),
+    _s("nccl-words", "nccl-error",
+       r"\bNCCL\b.{0,60}\b(?:error|fail(?:ed|ure)?|abort(?:ed)?|invalid|unhandled|timed? ?out)\b|\bnccl\w*Error\b",
+       SPECIFIC, "NCCL failed between GPUs"),
+    # --- memory ---------------------------------------------------------------------------------------------------
+    _s("held-words", "memory-held",
+       r"(?:in use|held|occupied|used|taken) by (?:another|other|a different) (?:process|program|application|user)|"
+       r"\b(?:GPU|device)s? (?:is |are )?(?:busy|occupied)\b|exclusive[_ -](?:process|thread) mode",
+       SPECIFIC, "another process holds the GPU or its memory", also=("out-of-memory",)),
+    _s("oom-words", "out-of-memory",
+       r"\bout of (?:GPU |device |CUDA |video )?memory\b|\bOOM\b|\bOutOfMemory|(?:failed|unable|could not|couldn't|"
+       r"cannot) (?:to )?allocate\b|memory allocation (?:failed|error)|insufficient (?:GPU |device |video |CUDA )?"
+       r"memory|not enough (?:GPU |device |video |CUDA )?memory|exceeds? (?:the )?(?:available |total )?(?:GPU |device "
+       r")?memory|RESOURCE_EXHAUSTED|resource exhausted|cudaErrorMemoryAllocation",
+       GENERIC, "GPU memory ran out", also=("memory-held",)),
+)
+
+# Status enums of NVIDIA's math libraries (cublas_api.h; cusolver_common.h and cusparse.h share one numbering;
+# cufft.h; cudnn.h), the values a log prints as "CUSOLVER Error 7".
+_STATUS = {
+    "cublas": {1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH", 11: "MAPPING_ERROR",
+               13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED", 16: "LICENSE_ERROR"},
+    "cusolver": {1: "NOT_INITIALIZED", 2: "ALLOC_FAILED", 3: "INVALID_VALUE", 4: "ARCH_MISMATCH", 5: "MAPPING_ERROR",
+                 6: "EXECUTION_FAILED", 7: "INTERNAL_ERROR", 8: "MATRIX_TYPE_NOT_SUPPORTED", 9: "NOT_SUPPORTED"},
+    "cufft": {1: "INVALID_PLAN", 2: "ALLOC_FAILED", 3: "INVALID_TYPE", 4: "INVALID_VALUE", 5: "INTERNAL_ERROR",
+              6: "EXEC_FAILED", 7: "SETUP_FAILED", 8: "INVALID_SIZE"},
+    "cudnn": {1: "NOT_INITIALIZED", 2: "ALLOC_FAILED", 3: "BAD_PARAM", 4: "INTERNAL_ERROR", 5: "INVALID_VALUE",
+              6: "ARCH_MISMATCH", 7: "MAPPING_ERROR", 8: "EXECUTION_FAILED", 9: "NOT_SUPPORTED"},
+}
+_STATUS["cusparse"] = _STATUS["cusolver"]
+# What each status is settled as in threads, most often first (the exact readers' cuBLAS/cuDNN/cuSOLVER messages).
+_STATUS_CAUSES = {
+    "ALLOC_FAILED": ("out-of-memory", "memory-held"),
+    "ARCH_MISMATCH": ("unsupported-compute-capability", "cuda-version-mismatch"),
+    "NOT_INITIALIZED": ("memory-held", "cuda-version-mismatch", "out-of-memory"),
+    "EXECUTION_FAILED": ("cuda-version-mismatch", "unsupported-compute-capability", "memory-held"),
+    "EXEC_FAILED": ("cuda-version-mismatch", "unsupported-compute-capability", "memory-held"),
+    "INTERNAL_ERROR": ("cuda-version-mismatch", "unsupported-compute-capability", "memory-held"),
+    "NOT_SUPPORTED": ("cuda-version-mismatch", "unsupported-compute-capability"),
+    "SETUP_FAILED": ("cuda-version-mismatch", "memory-held"),
+}
+
+
+@dataclass(frozen=True)
+class FamilyHit:
+    """One family sign at one line (1-based): the cause it points at, its weight and the other candidates."""
+
+    line: int
+    sign: str
+    cause: str
+    weight: float
+    text: str
+    also: tuple[str, ...] = ()
+
+
+def _status_cause(m: re.Match[str]) -> tuple[str, tuple[str, ...], str] | None:
+    lib, number, lib_named, name = m.groups()
+    if number is not None:
+        name = _STATUS.get(lib.lower(), {}).get(int(number))
+        lib = lib.lower()
+    else:
+        lib = lib_named.lower()
+    causes = _STATUS_CAUSES.get(name or "")
+    if not causes:
+        return None
+    return causes[0], causes[1:], f"{lib} status {name}"
+
+
+def _judge(sign: Sign, m: re.Match[str]) -> tuple[str, tuple[str, ...], str] | None:
+    """``(cause, also, detail)`` for a match, or None when the match names no cause (a library unrelated to CUDA)."""
+    if sign.kind == "library":
+        cause, _ = library_cause(m.group(1))
+        return (cause, (), f"{m.group(1)} not loaded") if cause else None
+    if sign.kind == "status":
+        return _status_cause(m)
+    return sign.cause, sign.also, sign.what
+
+
+# Lines that say of themselves that they are harmless (TensorFlow's BFC "this is not a failure", its "Ignore above
+# cudart dlerror if you do not have a GPU set up").
+_HARMLESS = re.compile(r"not a failure|can (?:safely )?be ignored|\bignore above\b", I)
+
+
+def read_families(lines: list[str], known: frozenset[int] = frozenset()) -> list[FamilyHit]:
+    """Every family sign in ``lines`` (without colour codes), in line order, at most one per sign and line.
+
+    ``known``: 1-based numbers of the lines an exact reader already matched (a known message, even one that names no
+    cause, such as an optional library); families read only the other lines.
+    """
+    hits = []
+    for i, raw in enumerate(lines):
+        line = raw.strip()
+        if not line or i + 1 in known or _HARMLESS.search(line):
+            continue
+        for sign in FAMILIES:
+            m = sign.regex.search(line)
+            judged = _judge(sign, m) if m else None
+            if judged:
+                cause, also, detail = judged
+                hits.append(FamilyHit(i + 1, sign.id, cause, sign.weight, f"{line[:160]} ({detail})", also))
+    return hits
