@@ -11,7 +11,9 @@ only when its sha256 equals the recorded one. Files land in ``CACHE/<id>/before/
 ``CACHE/<id>/tree-<version>/<path>`` (project-context mode: the file's folder and the project modules its imports
 resolve to, ``lint_corpus/project_tree.py``; what was taken is listed with sha256 in
 ``CACHE/<id>/tree-<version>.json``), since `allgpu lint` follows helpers into those modules as it does on a user's
-repository. The project tree needs the mirror; without one the entry stays single-file (reported). ``--single``
+repository. The project tree needs the mirror; without one the entry stays single-file (reported). The
+thread-confirmed rows that label a repository file (``thread_labels.jsonl``: ``path`` at ``commit``) get the same
+tree, in ``~/.cache/allgpu-lint-corpus/thread-trees/<id>/<path>`` (their texts stay in the thread cache). ``--single``
 builds only the single-file copies. Nothing of them is ever committed. An entry that cannot be had is skipped
 with the reason; the script never stops on one. Exit code 0 when every entry is complete, 1 otherwise.
 """
@@ -32,6 +34,8 @@ from project_tree import DEPTH, project_files  # noqa: E402
 HERE = Path(__file__).resolve().parent
 LABELS = HERE / "lint_corpus" / "author_labels.jsonl"
 DEFAULT_CACHE = Path.home() / ".cache" / "allgpu-lint-corpus" / "author"
+THREADS = HERE / "lint_corpus" / "thread_labels.jsonl"
+THREAD_TREES = Path.home() / ".cache" / "allgpu-lint-corpus" / "thread-trees"
 VERSIONS = ("before", "after")
 
 
@@ -73,30 +77,67 @@ def _get(entry: dict, version: str, mirror_root: Path, network: bool) -> tuple[b
     return data, ""
 
 
-def _build_tree(entry: dict, version: str, data: bytes, cache: Path, mirror_root: Path, force: bool) -> str:
-    """Put ``data`` (the checked labelled file) at its path in a copy of its project; returns why not, or ""."""
-    manifest = manifest_file(cache, entry, version)
-    dest = project_file(cache, entry, version)
+def write_tree(root: Path, manifest: Path, repo: str, commit: str, path: str, data: bytes, mirror_root: Path,
+               force: bool = False) -> str:
+    """Put ``data`` (the checked labelled file) at ``root/path`` inside a copy of its project at ``commit``
+    (``project_tree.project_files``) and list what was taken in ``manifest``; returns why not, or ""."""
+    dest = root / path
     if manifest.is_file() and dest.is_file() and not force:
         return ""
-    gds = _git_dirs(mirror_root, entry["repo"])
+    gds = _git_dirs(mirror_root, repo)
     if not gds:
-        return f"{version}: no mirror of {entry['repo']}, single-file only"
+        return f"no mirror of {repo}, single-file only"
     try:
-        files = project_files(gds[0], entry[version], entry["path"], data)
+        files = project_files(gds[0], commit, path, data)
     except (RuntimeError, OSError, ValueError) as exc:
-        return f"{version}: project tree not read ({exc}), single-file only"
-    root = cache / entry["id"] / f"tree-{version}"
+        return f"project tree not read ({exc}), single-file only"
     if root.exists():
         shutil.rmtree(root)
-    for rel, blob in {**files, entry["path"]: data}.items():
+    for rel, blob in {**files, path: data}.items():
         out = root / rel
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(blob)
-    manifest.write_text(json.dumps({
-        "repo": entry["repo"], "commit": entry[version], "labelled": entry["path"], "depth": DEPTH,
-        "files": {rel: sha256(blob) for rel, blob in sorted(files.items())}}, indent=1) + "\n", encoding="utf-8")
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"repo": repo, "commit": commit, "labelled": path, "depth": DEPTH, "files": {
+        rel: sha256(blob) for rel, blob in sorted(files.items())}}, indent=1) + "\n", encoding="utf-8")
     return ""
+
+
+def _build_tree(entry: dict, version: str, data: bytes, cache: Path, mirror_root: Path, force: bool) -> str:
+    why = write_tree(cache / entry["id"] / f"tree-{version}", manifest_file(cache, entry, version), entry["repo"],
+                     entry[version], entry["path"], data, mirror_root, force)
+    return f"{version}: {why}" if why else ""
+
+
+def thread_tree_file(trees: Path, row: dict) -> Path:
+    """Where a thread row's repository file lives inside its project's tree (project-context mode)."""
+    return trees / row["id"] / row["path"]
+
+
+def build_thread_trees(rows: list[dict], trees: Path = THREAD_TREES, mirror_root: Path = DEFAULT_MIRRORS,
+                       force: bool = False) -> list[str]:
+    """Project trees for the thread-confirmed rows that label a repository file (``path`` at ``commit``), the
+    file checked against the row's sha256; returns ``"id (why)"`` per such row left single-file. Rows of code
+    pasted in a thread have no project and are not listed."""
+    alone = []
+    for row in rows:
+        if not (row.get("path") and row.get("commit") and row.get("repo")):
+            continue
+        gds = _git_dirs(mirror_root, row["repo"])
+        data = from_mirror(mirror_root, {"repo": row["repo"], "path": row["path"], "commit": row["commit"]}) \
+            if gds else None
+        if data is None:
+            alone.append(f"{row['id']} (no mirror of {row['repo']} with {row['commit'][:10]}:{row['path']})")
+            continue
+        if sha256(data) != row["sha256"]:
+            alone.append(f"{row['id']} (the file at its commit differs in bytes from the cached text's sha256, "
+                         "e.g. CRLF line ends)")
+            continue
+        why = write_tree(trees / row["id"], trees / f"{row['id']}.json", row["repo"], row["commit"], row["path"],
+                         data, mirror_root, force)
+        if why:
+            alone.append(f"{row['id']} ({why})")
+    return alone
 
 
 def build(entries: list[dict], cache: Path, mirror_root: Path = DEFAULT_MIRRORS, network: bool = True,
@@ -135,6 +176,8 @@ def main() -> int:
     ap.add_argument("--offline", action="store_true", help="mirrors only, no download")
     ap.add_argument("--force", action="store_true", help="rebuild files already in the cache")
     ap.add_argument("--single", action="store_true", help="only the single-file copies, no project trees")
+    ap.add_argument("--thread-trees", type=Path, default=THREAD_TREES,
+                    help="where the thread-confirmed repository files' project trees go")
     args = ap.parse_args()
     entries = read_entries(args.labels)
     skipped, single = build(entries, args.cache, args.mirror_root, network=not args.offline, force=args.force,
@@ -145,6 +188,14 @@ def main() -> int:
         print(f"  skipped: {s}")
     for s in single:
         print(f"  single-file only: {s}")
+    if not args.single:
+        threads = read_entries(THREADS)
+        alone = build_thread_trees(threads, args.thread_trees, args.mirror_root, args.force)
+        files = sum(1 for r in threads if r.get("path"))
+        print(f"thread-confirmed rows: {files - len(alone)}/{files} repository files with their project tree in "
+              f"{args.thread_trees} ({len(threads) - files} pasted snippets have none)")
+        for s in alone:
+            print(f"  single-file only: {s}")
     return 1 if skipped else 0
 
 

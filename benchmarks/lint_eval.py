@@ -18,6 +18,7 @@ Two corpora, reported separately (issue 21):
 - ``--threads``: code pasted in public threads where a maintainer or answerer named the pitfall
   (benchmarks/lint_corpus/thread_labels.jsonl, code in a cache: thread_cache.py); a snippet is a positive for
   its ``labels`` and, when the thread says it is correct, a negative for its ``negatives``; file-level TP/FN/FP/TN.
+  A snippet that is a repository file is linted in its project's tree with ``--context project`` (the default).
 Every figure counts every labelled pitfall, rules off by default included (with the default rules they are
 misses); per label and per framework (TensorFlow/Keras vs PyTorch), with Wilson 95% intervals.
 ``--mistakes`` lists every false positive and false negative (file:line, rule).
@@ -26,7 +27,9 @@ misses); per label and per framework (TensorFlow/Keras vs PyTorch), with Wilson 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from allgpu.lint.author_score import AuthorScore, Tally, fmt_rate, score_entry, wilson
@@ -39,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from lint_corpus_build import DEFAULT_CACHE as AUTHOR_CACHE  # noqa: E402
 from lint_corpus_build import LABELS as AUTHOR_LABELS  # noqa: E402
-from lint_corpus_build import cached_file, project_file, read_entries  # noqa: E402
+from lint_corpus_build import THREAD_TREES, cached_file, project_file, read_entries, thread_tree_file  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "lint_corpus"))
 import thread_cache  # noqa: E402
@@ -175,21 +178,30 @@ def print_tallies(sc: AuthorScore) -> None:
         print(f"  CRASH {c}")
 
 
-def score_threads(rows: list[dict], paths: dict, select) -> AuthorScore:
-    """A snippet is scored like a fix's ``before`` for its labels and like an ``after`` for its negatives."""
+def score_threads(rows: list[dict], paths: dict, select, trees: Path | None = None) -> AuthorScore:
+    """A snippet is scored like a fix's ``before`` for its labels and like an ``after`` for its negatives. With
+    ``trees`` (project context), a repository file whose project tree is cached is linted inside it; any other
+    snippet is linted alone, copied into a folder of its own (the cache folder holds every snippet side by side,
+    which a project would not)."""
     out = AuthorScore()
-    for row in rows:
-        out.entries += 1
-        try:
-            findings = check_path(paths[row["id"]], select=select)
-        except Exception as exc:  # a crash is a result to report, not a reason to stop scoring
-            out.crashes.append(f"{row['id']}: {exc!r}")
-            findings = []
-        entry = {"id": row["id"], "framework": row["framework"], "after_negative": True}
-        if row["labels"]:
-            score_entry({**entry, "labels": row["labels"]}, "before", findings, out)
-        if row["negatives"]:
-            score_entry({**entry, "labels": row["negatives"]}, "after", findings, out)
+    with tempfile.TemporaryDirectory() as tmp:
+        for row in rows:
+            out.entries += 1
+            path = thread_tree_file(trees, row) if trees is not None and row.get("path") else None
+            if path is None or not path.is_file():
+                path = Path(tmp) / row["id"] / paths[row["id"]].name
+                path.parent.mkdir()
+                shutil.copyfile(paths[row["id"]], path)
+            try:
+                findings = check_path(path, select=select)
+            except Exception as exc:  # a crash is a result to report, not a reason to stop scoring
+                out.crashes.append(f"{row['id']}: {exc!r}")
+                findings = []
+            entry = {"id": row["id"], "framework": row["framework"], "after_negative": True}
+            if row["labels"]:
+                score_entry({**entry, "labels": row["labels"]}, "before", findings, out)
+            if row["negatives"]:
+                score_entry({**entry, "labels": row["negatives"]}, "after", findings, out)
     return out
 
 
@@ -200,16 +212,20 @@ def run_threads(args, select, label: str) -> int:
     except thread_cache.ThreadCacheError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"== thread-confirmed snippets ({len(rows)} in {len({thread_cache.split_key(r) for r in rows})} "
-          f"repositories/sites, {args.threads_file.name}), {label} ==")
-    for split in (["tune", "heldout"] if args.split == "both" else [args.split]):
-        sc = score_threads([r for r in rows if r["split"] == split], paths, select)
-        print(f" {split}: {sc.entries} snippets, {len(sc.crashes)} crash(es); TN = correct snippets not reported")
-        print_tallies(sc)
-        if args.mistakes:
-            by_id = {r["id"]: r for r in rows}
-            for tid, version, rid, kind, where in sorted(sc.mistakes):
-                print(f"  {kind} {rid} {tid} {by_id[tid]['url']} (snippet lines {where})")
+    for context in (["project", "single"] if args.context == "both" else [args.context]):
+        trees = args.thread_trees if context == "project" else None
+        in_tree = [r["id"] for r in rows if trees is not None and r.get("path") and thread_tree_file(trees, r).is_file()]
+        where = f"{len(in_tree)} repository files in their project's tree" if trees is not None else "each alone"
+        print(f"== thread-confirmed snippets ({len(rows)} in {len({thread_cache.split_key(r) for r in rows})} "
+              f"repositories/sites, {args.threads_file.name}), {label}; {where} ==")
+        for split in (["tune", "heldout"] if args.split == "both" else [args.split]):
+            sc = score_threads([r for r in rows if r["split"] == split], paths, select, trees)
+            print(f" {split}: {sc.entries} snippets, {len(sc.crashes)} crash(es); TN = correct snippets not reported")
+            print_tallies(sc)
+            if args.mistakes:
+                by_id = {r["id"]: r for r in rows}
+                for tid, version, rid, kind, where in sorted(sc.mistakes):
+                    print(f"  {kind} {rid} {tid} {by_id[tid]['url']} (snippet lines {where})")
     return 0
 
 
@@ -228,7 +244,9 @@ def main() -> int:
     ap.add_argument("--threads-cache", type=Path, default=None, help="default: $ALLGPU_LINT_THREAD_CACHE or "
                     "~/.cache/allgpu-lint-corpus/threads")
     ap.add_argument("--context", choices=["project", "single", "both"], default="project",
-                    help="author-fix files linted inside their project's tree (default), alone, or both reports")
+                    help="author-fix files (and thread-confirmed repository files) linted inside their project's "
+                    "tree (default), alone, or both reports")
+    ap.add_argument("--thread-trees", type=Path, default=THREAD_TREES)
     ap.add_argument("--split", choices=["tune", "heldout", "both"], default="both")
     ap.add_argument("--rules", choices=["default", "all", "both"], default="both",
                     help="the rules run: default ones, every rule, or both reports")

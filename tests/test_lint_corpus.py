@@ -215,9 +215,13 @@ def test_build_puts_the_file_in_its_project_tree_with_the_modules_it_imports(tmp
     assert "unrelated/x.py" not in manifest["files"] and "pkg/sub/deep.py" not in manifest["files"]
     assert manifest["commit"] == commit and manifest["files"]["pkg/other.py"] == hashlib.sha256(b"").hexdigest()
     assert build.project_file(tmp_path / "cache", entry, "after").read_text() == files["pkg/train.py"]
-    # without a mirror for the tree (the single file is already cached), the entry stays single-file, said so
-    skipped, single = build.build([entry], tmp_path / "cache", tmp_path / "none", network=False, force=False)
-    assert skipped == [] and single == []  # cached trees are kept
+    # a thread-confirmed row labelling a repository file gets the same tree; one whose bytes differ stays alone
+    row = {"id": "t1", "repo": "own/repo", "path": "pkg/train.py", "commit": commit, "sha256": sha}
+    alone = build.build_thread_trees([row, dict(row, id="t2", sha256="0" * 64), {"id": "t3", "site": "so"}],
+                                     tmp_path / "trees", tmp_path / "m")
+    assert [a.split()[0] for a in alone] == ["t2"]
+    assert build.thread_tree_file(tmp_path / "trees", row).read_text() == files["pkg/train.py"]
+    assert (tmp_path / "trees" / "t1" / "pkg" / "utils.py").is_file()
 
 
 # ---- thread-confirmed snippets (issue 21): code pasted in public threads, the pitfall named by a reply -----------
