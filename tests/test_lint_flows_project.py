@@ -143,3 +143,65 @@ def test_pt008_helper_returns_a_project_class_built_on_a_library_batchnorm_model
 ])
 def test_pt008_helper_class_not_reported(tmp_path, change):
     assert _pt008(tmp_path, **change) == []
+
+
+# ---- PT007: a checkpoint object built only on some ranks, found through ``from pkg.utils import *``
+SAVER = """
+import torch
+
+class CheckpointSaver:
+    def save_checkpoint(self, epoch):
+        self._save(f"checkpoint-{epoch}.pth.tar")
+
+    def _save(self, path):
+        torch.save(self.state, path)
+"""
+SCRIPT = """
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tools.utils import *
+
+def main(args, model, loader):
+    torch.distributed.init_process_group("nccl")
+    model = DDP(model)
+    saver = None
+    if {guard}:
+        saver = CheckpointSaver()
+    for epoch in range(10):
+        train_one_epoch(model, loader, saver)
+        if saver is not None:
+            saver.save_checkpoint(epoch)
+
+def train_one_epoch(model, loader, saver=None):
+    for x in loader:
+        model(x).sum().backward()
+    if saver is not None and loader.recovery:
+        saver.save_checkpoint(-1)
+
+if __name__ == "__main__":
+    main(parse_args(), build_model(), build_loader())
+"""
+
+
+def _pt007(tmp_path, guard):
+    (tmp_path / "tools" / "utils").mkdir(parents=True)
+    (tmp_path / "tools" / "__init__.py").write_text("")
+    (tmp_path / "tools" / "utils" / "__init__.py").write_text("from .checkpoint_saver import CheckpointSaver\n")
+    (tmp_path / "tools" / "utils" / "checkpoint_saver.py").write_text(textwrap.dedent(SAVER))
+    (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT).format(guard=guard))
+    return [(f.line, "per node" in f.message) for f in check_path(tmp_path / "train.py", select=list(RULES))
+            if f.rule_id == "PT007"]
+
+
+def test_pt007_saver_built_under_a_per_node_guard_writes_once_per_machine(tmp_path):
+    # timm's train.py (thread-confirmed): the saver exists on local_rank 0 of every node; both saves are reported
+    assert _pt007(tmp_path, "args.local_rank == 0") == [(15, True), (21, True)]
+
+
+@pytest.mark.parametrize("guard", ["args.rank == 0", "torch.distributed.get_rank() == 0"])
+def test_pt007_saver_built_under_a_job_guard_is_one_writer(tmp_path, guard):
+    assert _pt007(tmp_path, guard) == []
+
+
+def test_pt007_saver_built_on_every_rank_is_reported(tmp_path):
+    assert _pt007(tmp_path, "True") == [(15, False), (21, False)]

@@ -79,6 +79,24 @@ class Importer:
         return None
 
 
+def find_def(path: Path, module: str, name: str):
+    """``(module, ClassDef or FunctionDef)`` named ``name`` in the project module ``module`` as the file at
+    ``path`` imports it, following one re-export (``from .simclr import SimCLR`` in a package's ``__init__``),
+    or None."""
+    for _ in range(2):
+        fm = Importer(path).load(module)
+        if fm is None:
+            return None
+        defs = fm.classes.get(name) or fm.functions.get(name)
+        if defs:
+            return fm, defs[-1]
+        target = fm.aliases.get(name)
+        if not target or getattr(fm, "path", None) is None:
+            return None
+        path, (module, _, name) = fm.path, target.rpartition(".")
+    return None
+
+
 def _parse(path: Path):
     from allgpu.lint.resolve import Module  # resolve imports this module's Importer only by duck typing
 

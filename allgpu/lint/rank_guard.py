@@ -125,6 +125,50 @@ def _function_guard(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return bool(RANKISH.search(name)) or any(is_job_guard(d) for d in fn.decorator_list)
 
 
+def _gate_name(test: ast.expr) -> ast.Name | None:
+    """``x is not None``, ``x``, or either in an ``and``: the name ``if test:`` needs bound to an object."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return next((n for n in map(_gate_name, test.values) if n is not None), None)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot) and \
+            isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+        test = test.left
+    return test if isinstance(test, ast.Name) else None
+
+
+def gate_kind(mod, test: ast.expr, depth: int = 0) -> str | None:
+    """``if saver is not None:`` where ``saver = None`` everywhere but under an ``if`` on the rank in the same
+    function: ``"job"`` when every object ``saver`` is bound to is built under a job guard (the body runs on one
+    process), ``"node"`` when under per-node guards (one process per machine), else None."""
+    name = _gate_name(test)
+    if name is None or depth > 1:
+        return None
+    kinds = set()
+    for v in mod.values_of(name):
+        if isinstance(v, ast.Constant) and v.value is None:
+            continue
+        st = mod.parent.get(id(v))
+        if not isinstance(st, ast.Assign):
+            return None
+        kinds.add(_assign_guard(mod, st))
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _assign_guard(mod, st: ast.stmt) -> str | None:
+    """The kind of the nearest ``if`` on the rank whose body holds ``st`` (within its function), or None."""
+    child = st
+    for anc in mod.ancestors(st):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+            return None
+        if isinstance(anc, ast.If) and any(child is x for x in anc.body) and one_branch(anc.test) is True:
+            kinds = rank_kinds(anc.test, mod)
+            if "job" in kinds:
+                return "job"
+            if kinds == {"node"}:
+                return "node"
+        child = anc
+    return None
+
+
 def guarded(mod, node: ast.AST, depth: int = 0) -> bool:
     """Is ``node`` reached only on one rank of the job (an enclosing job guard, an early return on the other ranks,
     a ``*_on_master``/``is_main_process`` helper, or every call site of its function guarded)?"""
@@ -135,6 +179,8 @@ def guarded(mod, node: ast.AST, depth: int = 0) -> bool:
             in_body = any(child is st for st in anc.body)
             if one is None or one == in_body:
                 return True
+        if isinstance(anc, ast.If) and any(child is st for st in anc.body) and gate_kind(mod, anc.test, depth) == "job":
+            return True
         for field in ("body", "orelse", "finalbody") if not isinstance(anc, ast.Module) else ():
             block = getattr(anc, field, None)
             if isinstance(block, list) and child in block:
@@ -161,6 +207,8 @@ def node_guarded(mod, node: ast.AST, depth: int = 0) -> bool:
     Used to word the finding: one writer per machine rather than every rank."""
     for anc in mod.ancestors(node):
         if isinstance(anc, ast.If) and rank_kinds(anc.test, mod) == {"node"}:
+            return True
+        if isinstance(anc, ast.If) and depth == 0 and gate_kind(mod, anc.test, 1) == "node":
             return True
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return depth < 2 and any(node_guarded(mod, s, depth + 1) for s in mod.callers(anc))

@@ -341,8 +341,25 @@ class Module:
             return self.classes[func.id][0]
         if isinstance(func, (ast.Name, ast.Attribute)) and self.importer is not None:
             found = self._imported(func, "classes")
-            return found[0] if found else None
+            if found:
+                return found[0]
+            if isinstance(func, ast.Name) and "*" in self.aliases and func.id not in self.aliases:
+                return self._star_class(func.id)
         return None
+
+    def _star_class(self, name: str) -> ast.ClassDef | None:
+        """A class that ``from pkg.utils import *`` brings in from a module of the project (through one re-export
+        in that package's ``__init__``)."""
+        path = getattr(self.importer, "path", None)
+        if path is None or name in self.classes or not name[:1].isupper():
+            return None
+        from allgpu.lint.project import find_def  # project parses with this module's Module: imported when used
+
+        found = find_def(path, self.aliases["*"].rsplit(".", 1)[0], name)
+        if found is None or not isinstance(found[1], ast.ClassDef):
+            return None
+        self._adopt(found[0])
+        return found[1]
 
     def class_bases(self, cls: ast.ClassDef, _seen: frozenset = frozenset()) -> set[str]:
         """Qualified names of ``cls``'s bases, through local base classes."""

@@ -319,8 +319,9 @@ def check_pt007(ctx) -> None:
         else:
             ctx.emit("PT007", call, "torch.save runs on every rank: guard it with `if dist.get_rank() == 0:`")
     for call, where in object_saves(mod, lambda c: on_all(c) and not guarded(mod, c)):
-        ctx.emit("PT007", call, f"`{ast.unparse(call.func)}()` writes with torch.save ({where}) and runs on every "
-                                "rank: guard the call with `if dist.get_rank() == 0:`")
+        runs = "one process per node (a local_rank guard)" if node_guarded(mod, call) else "every rank"
+        ctx.emit("PT007", call, f"`{ast.unparse(call.func)}()` writes with torch.save ({where}) and runs on {runs}: "
+                                "guard the call with `if dist.get_rank() == 0:`")
 
 
 def check_pt008(ctx) -> None:

@@ -13,7 +13,7 @@ import ast
 import re
 
 from allgpu.lint.binding import name_loads
-from allgpu.lint.project import Importer
+from allgpu.lint.project import find_def
 from allgpu.lint.rank_guard import rankish
 from allgpu.lint.resolve import const_str, dotted, iter_body_nodes
 
@@ -139,25 +139,13 @@ def _returned(fn) -> set[int]:
 
 
 def _project_def(owner, func: ast.expr):
-    """``(module, class or function)`` that ``func`` names through ``owner``'s imports of its own project
-    (following one re-export in a package's ``__init__``), or None."""
+    """``(module, class or function)`` that ``func`` names through ``owner``'s imports of its own project, or None."""
     path = getattr(owner, "path", None)
     qn = owner.qualname(func) or ""
     if path is None or "." not in qn.lstrip("."):
         return None
     module, _, name = qn.rpartition(".")
-    for _ in range(2):
-        fm = Importer(path).load(module)
-        if fm is None:
-            return None
-        defs = fm.classes.get(name) or fm.functions.get(name)
-        if defs:
-            return fm, defs[-1]
-        target = fm.aliases.get(name)  # ``from .simclr import SimCLR`` in ``modules/__init__.py``
-        if not target or getattr(fm, "path", None) is None:
-            return None
-        path, (module, _, name) = fm.path, target.rpartition(".")
-    return None
+    return find_def(path, module, name)
 
 
 def distributed_aware(mod) -> bool:
