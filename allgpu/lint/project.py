@@ -63,6 +63,23 @@ class Importer:
                         out.append(fm)
         return out
 
+    def find_def(self, module: str, name: str):
+        """``(module, ClassDef or FunctionDef)`` named ``name`` in the project module ``module`` as this file
+        imports it, following one re-export (``from .simclr import SimCLR`` in a package's ``__init__``), or None."""
+        importer = self
+        for _ in range(2):
+            fm = importer.load(module)
+            if fm is None:
+                return None
+            defs = fm.classes.get(name) or fm.functions.get(name)
+            if defs:
+                return fm, defs[-1]
+            target = fm.aliases.get(name)
+            if not target or getattr(fm, "path", None) is None:
+                return None
+            importer, (module, _, name) = Importer(fm.path), target.rpartition(".")
+        return None
+
     def _find(self, dotted: str):
         level = len(dotted) - len(dotted.lstrip("."))
         name = dotted[level:]
@@ -80,21 +97,8 @@ class Importer:
 
 
 def find_def(path: Path, module: str, name: str):
-    """``(module, ClassDef or FunctionDef)`` named ``name`` in the project module ``module`` as the file at
-    ``path`` imports it, following one re-export (``from .simclr import SimCLR`` in a package's ``__init__``),
-    or None."""
-    for _ in range(2):
-        fm = Importer(path).load(module)
-        if fm is None:
-            return None
-        defs = fm.classes.get(name) or fm.functions.get(name)
-        if defs:
-            return fm, defs[-1]
-        target = fm.aliases.get(name)
-        if not target or getattr(fm, "path", None) is None:
-            return None
-        path, (module, _, name) = fm.path, target.rpartition(".")
-    return None
+    """``Importer(path).find_def(module, name)``."""
+    return Importer(path).find_def(module, name)
 
 
 def _parse(path: Path):

@@ -350,12 +350,9 @@ class Module:
     def _star_class(self, name: str) -> ast.ClassDef | None:
         """A class that ``from pkg.utils import *`` brings in from a module of the project (through one re-export
         in that package's ``__init__``)."""
-        path = getattr(self.importer, "path", None)
-        if path is None or name in self.classes or not name[:1].isupper():
+        if not hasattr(self.importer, "find_def") or name in self.classes or not name[:1].isupper():
             return None
-        from allgpu.lint.project import find_def  # project parses with this module's Module: imported when used
-
-        found = find_def(path, self.aliases["*"].rsplit(".", 1)[0], name)
+        found = self.importer.find_def(self.aliases["*"].rsplit(".", 1)[0], name)
         if found is None or not isinstance(found[1], ast.ClassDef):
             return None
         self._adopt(found[0])
