@@ -239,6 +239,14 @@ class Module:
         if fm is None:
             return []
         defs = [d for d in getattr(fm, table).get(name, []) if fm.parent.get(id(d)) is fm.tree]
+        target = fm.aliases.get(name) if not defs and getattr(fm, "path", None) is not None else None
+        if target and target.startswith(".") and "." in target.lstrip("."):
+            # ``from .to_k_shot_dataset import ToKShotDataset`` in a package's ``__init__``: one re-export
+            sub, _, name = target.rpartition(".")
+            fm = type(self.importer)(fm.path).load(sub)
+            if fm is None:
+                return []
+            defs = [d for d in getattr(fm, table).get(name, []) if fm.parent.get(id(d)) is fm.tree]
         if defs:
             self._adopt(fm)
         return defs[-1:]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from allgpu.lint import tfdata
+from allgpu.lint import run_inputs, tfdata
 from allgpu.lint.facts import reachable_functions
 from allgpu.lint.binding import after_strategy_ends, returned_binding, used_after
 from allgpu.lint.flow import (call_site_note, nested_check, stack_targets, target_stmt, undistributed_branch,
@@ -223,6 +223,7 @@ def check_tf004(ctx) -> None:
             name = dotted(src) or "the dataset"
             ctx.emit("TF004", loop.iter, f"strategy.run fed from `{name}`, a tf.data pipeline that was not "
                                          "passed through strategy.experimental_distribute_dataset()")
+    run_inputs.check_tf004_iterators(ctx)
 
 
 def _in_loop(mod, node: ast.AST) -> bool:

@@ -336,10 +336,21 @@ def check_tf008(ctx) -> None:
         if tfdata.classify(mod, expr) != "tfdata":
             continue
         roots, methods = tfdata.pipeline(mod, expr)
-        if not roots or "prefetch" in methods:
+        late = None
+        if roots and "prefetch" in methods:  # prefetched, but is the prefetch the last step?
+            late = tfdata.last_step(mod, expr)
+            if late is None or late.func.attr == "prefetch" or mod.is_foreign(late):
+                continue
+        if not roots or id(late or expr) in done or in_test_case(mod, expr):
+            continue
+        if late is not None:
+            done.add(id(late))
+            ctx.emit("TF008", late, f"this tf.data pipeline feeds training and is prefetched before this "
+                                    f".{late.func.attr}(): the steps after the prefetch are not overlapped with "
+                                    "training; move .prefetch(tf.data.AUTOTUNE) to the end")
             continue
         root = min(roots, key=lambda r: (r.lineno, r.col_offset))
-        if id(root) in done or in_test_case(mod, expr):
+        if id(root) in done:
             continue
         done.add(id(root))
         ctx.emit("TF008", root, "this tf.data pipeline feeds training but is never prefetched: add "

@@ -25,7 +25,7 @@ def is_tfdata_root(qn: str | None) -> bool:
     if not qn or not qn.startswith(_TFDATA_ROOTS):
         return False
     return not qn.startswith(("tensorflow.data.", "tensorflow.contrib.data.")) or "Dataset" in qn or \
-        ".experimental.make_" in qn
+        ".experimental.make_" in qn or qn.endswith("_from_datasets")  # choose_from_datasets, sample_from_datasets
 
 
 def unwrap_iter(mod: Module, expr: ast.expr) -> ast.expr:
@@ -61,6 +61,9 @@ def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
         if isinstance(f, ast.Attribute) and f.attr in _TFDATA_METHODS:
             inner = classify(mod, f.value, depth + 1)
             return inner if inner is not None or not _autotuned(mod, expr) else "tfdata"
+        if isinstance(f, ast.Attribute) and f.attr == "pipe" and len(expr.args) == 1:
+            # ``frame.pipe(ToDataset(k))``: pandas hands the frame to the callable and returns what it returns
+            return _merge({classify(mod, r, depth + 1) for r in _callable_returns(mod, expr.args[0])})
         results = {classify(mod, r, depth + 1) for r in _returned(mod, expr)}
         return _merge(results)
     if isinstance(expr, ast.Subscript):  # ``tfds.load(...)["train"]``, ``datasets["train"]``
@@ -103,6 +106,18 @@ def _returned(mod: Module, call: ast.Call, index: int | None = None) -> list[ast
                 elif index is not None and index < len(v.elts):
                     out.append(v.elts[index])
     return out
+
+
+def _callable_returns(mod: Module, fn: ast.expr) -> list[ast.expr]:
+    """What calling ``fn`` returns: a project function named by ``fn``, or the ``__call__`` of the project class
+    ``fn`` instantiates (``ToKShotDataset(k_shot=8)``)."""
+    if isinstance(fn, ast.Call):
+        cls = mod.local_class(fn.func)
+        defs = [d for d in cls.body if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and d.name == "__call__"] if cls is not None else []
+    else:
+        defs = mod.local_functions(fn)
+    return [n.value for d in defs for n in iter_body_nodes(d.body) if isinstance(n, ast.Return) and n.value is not None]
 
 
 def _unpacked_from(mod: Module, name: ast.expr, value: ast.expr) -> ast.expr | None:
@@ -273,3 +288,39 @@ def _applies_batch(mod: Module, expr: ast.expr) -> bool:
     pipeline(mod, expr, steps=steps)
     return any(s.func.attr == "apply" and s.args and isinstance(s.args[0], ast.Call)
                and "batch" in (dotted(s.args[0].func) or "") for s in steps)
+
+
+_WORK = frozenset({"map", "interleave", "flat_map"})  # steps running the user's per-element code
+_OPAQUE = frozenset({"apply", "zip", "concatenate"})  # may prefetch themselves, or join pipelines: unknown
+
+
+def last_step(mod: Module, expr: ast.AST | None, depth: int = 0) -> ast.Call | None:
+    """The last ``.prefetch`` or per-element-work step (``.map``, ``.interleave``, ``.flat_map``) of the pipeline
+    ``expr`` is (batching, shuffling, repeating steps are looked through: authors prefetch before them), following
+    the binding of a name that reaches the use (``ds = ds.map(...)`` lines above it) and the returns of project
+    loaders; None when unknown."""
+    if expr is None or depth > 10:
+        return None
+    if isinstance(expr, ast.Call):
+        f = expr.func
+        if isinstance(f, ast.Attribute) and f.attr in _TFDATA_METHODS:
+            if f.attr in _WORK or f.attr == "prefetch":
+                return expr
+            return None if f.attr in _OPAQUE else last_step(mod, f.value, depth + 1)
+        found = {last_step(mod, r, depth + 1) for r in _returned(mod, expr)}
+        return found.pop() if len(found) == 1 else None
+    if isinstance(expr, ast.Name):
+        value = _binding_before(mod, expr)
+        return last_step(mod, _unpacked_from(mod, expr, value) or value, depth + 1) if value is not None else None
+    return None
+
+
+def _binding_before(mod: Module, name: ast.Name) -> ast.expr | None:
+    """The value of the assignment to ``name`` in the same function that ends last above the line using it."""
+    fn, best, line = mod.enclosing_function(name), None, -1
+    for v in mod.values_of(name):
+        st = mod.parent.get(id(v))
+        end = getattr(st, "end_lineno", None) or getattr(st, "lineno", 0)
+        if isinstance(st, ast.Assign) and mod.enclosing_function(v) is fn and line < end < name.lineno:
+            best, line = v, end
+    return best

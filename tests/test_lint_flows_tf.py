@@ -1,0 +1,127 @@
+"""Issue 21, TensorFlow/Keras flows from the tuning half of the author-fix corpus (linted inside each file's
+project): iterators drawn from dicts of loaders (TF004), a pandas ``pipe`` into a project class returning a
+pipeline (TF009, through a package ``__init__``'s re-export), a prefetch followed by more steps (TF008)."""
+
+import textwrap
+
+from allgpu.lint import RULES, check_path
+from tests.lint_helpers import ids
+
+TF = "import tensorflow as tf\n"
+
+DICT_ITERATORS = TF + """
+strategy = tf.distribute.MirroredStrategy()
+train_datasets = {}
+for name, builder in builders.items():
+    train_datasets[name] = builder.load(batch_size=64)
+
+@tf.function
+def train_step(iterator):
+    def step_fn(inputs):
+        return inputs
+    strategy.run(step_fn, args=(next(iterator),))
+
+train_iterators = {}
+for name, train_dataset in train_datasets.items():
+    train_iterators[name] = iter(train_dataset)
+for epoch in range(3):
+    for name, train_iterator in train_iterators.items():
+        train_step(train_iterator)
+"""
+
+
+def test_tf004_iterator_from_a_dict_of_loaders():
+    """TF004: strategy.run draws ``next(iterator)``, the step's caller hands it an iterator taken from a dict of
+    iterators, each ``iter()`` of a loader's batches (uncertainty-baselines' toxic_comments, tuning half);
+    distributed on the way, handed the strategy, or a loader not asked for batches, it is left alone."""
+    assert "TF004" in ids(DICT_ITERATORS)
+    distributed = DICT_ITERATORS.replace("builder.load(batch_size=64)",
+                                         "strategy.experimental_distribute_dataset(builder.load(batch_size=64))")
+    assert "TF004" not in ids(distributed)
+    assert "TF004" not in ids(DICT_ITERATORS.replace("load(batch_size=64)", "load(strategy, batch_size=64)"))
+    assert "TF004" not in ids(DICT_ITERATORS.replace("load(batch_size=64)", "load()"))
+    plain = DICT_ITERATORS.replace("builder.load(batch_size=64)", "tf.data.Dataset.range(8).batch(4)")
+    assert "TF004" in ids(plain)
+    redistributed = TF + """
+strategy = tf.distribute.MirroredStrategy()
+ds = tf.data.Dataset.range(10).batch(4)
+ds = strategy.experimental_distribute_dataset(ds)
+@tf.function
+def step(iterator):
+    strategy.run(lambda x: x, args=(next(iterator),))
+step(iter(ds))
+"""
+    assert "TF004" not in ids(redistributed)
+    assert "TF004" in ids(redistributed.replace("ds = strategy.experimental_distribute_dataset(ds)\n", ""))
+
+
+OPERATOR = """
+import tensorflow as tf
+
+class ToKShotDataset:
+    def __init__(self, k_shot):
+        self.k_shot = k_shot
+
+    def __call__(self, frame):
+        return tf.data.experimental.choose_from_datasets(datasets=frame, choice_dataset=tf.data.Dataset.range(3))
+"""
+
+NOTEBOOK = """
+import tensorflow as tf
+from pkg.operators import ToKShotDataset
+
+train_dataset = train_set.pipe(ToKShotDataset(k_shot=8)).map(lambda a: (a["image"], a["label"]){par})
+model.compile(optimizer="adam", loss="mse")
+model.fit(train_dataset.batch(64).repeat().prefetch(2), epochs=3)
+"""
+
+
+def _project(tmp_path, notebook=NOTEBOOK, par=""):
+    ops = tmp_path / "pkg" / "operators"
+    ops.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (ops / "__init__.py").write_text("from .to_k_shot_dataset import ToKShotDataset\n")
+    (ops / "to_k_shot_dataset.py").write_text(textwrap.dedent(OPERATOR))
+    nb = tmp_path / "notebooks"
+    nb.mkdir()
+    (nb / "train.py").write_text(textwrap.dedent(notebook).format(par=par))
+    return {f.rule_id for f in check_path(nb / "train.py", select=list(RULES))}
+
+
+def test_tf009_map_on_a_pandas_piped_dataset(tmp_path):
+    """TF009: ``frame.pipe(ToKShotDataset(k))`` returns what the project class's ``__call__`` returns, here
+    ``tf.data.experimental.choose_from_datasets(...)``, found through the package ``__init__``'s re-export
+    (Keras-FewShotLearning, tuning half); with num_parallel_calls it is left alone."""
+    assert "TF009" in _project(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    assert "TF009" not in _project(other, par=", num_parallel_calls=tf.data.AUTOTUNE")
+
+
+PREFETCH_THEN_MAP = TF + """
+def load(split, batch_size):
+    ds = tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    return ds, info
+
+train_ds, info = load("train", 8)
+train_ds = train_ds.map(unpack, num_parallel_calls=tf.data.AUTOTUNE)
+model.compile(optimizer="adam", loss="mse")
+model.fit(train_ds, epochs=3)
+"""
+
+
+def test_tf008_prefetch_followed_by_a_map():
+    """TF008: the loader prefetches, then the script maps the batches again before fit: the map is not overlapped
+    with training (keras-cv's RetinaNet script and its loader, tuning half); prefetched again after the map, or
+    only batched or repeated after the prefetch, it is left alone."""
+    assert "TF008" in ids(PREFETCH_THEN_MAP)
+    fixed = PREFETCH_THEN_MAP.replace("model.compile", "train_ds = train_ds.prefetch(tf.data.AUTOTUNE)\nmodel.compile")
+    assert "TF008" not in ids(fixed)
+    repeated = PREFETCH_THEN_MAP.replace("train_ds.map(unpack, num_parallel_calls=tf.data.AUTOTUNE)",
+                                         "train_ds.repeat()")
+    assert "TF008" not in ids(repeated)
+    chained = TF + "ds = tf.data.Dataset.range(9).prefetch(2).map(f, num_parallel_calls=2)\nmodel.fit(ds)\n"
+    assert "TF008" in ids(chained)
+    batched = TF + "ds = tf.data.Dataset.range(9).map(f, num_parallel_calls=2).prefetch(2).batch(3)\nmodel.fit(ds)\n"
+    assert "TF008" not in ids(batched)  # authors prefetch before batching and call it fixed (cloudml-samples)
