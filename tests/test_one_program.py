@@ -77,3 +77,39 @@ def test_data_prepared_before_the_strategy_stops_with_the_named_error(tmp_path, 
     assert "DataMismatchError" in result.stderr, result.stderr[-3000:]
     assert "example " in result.stderr and "differs between replica 0 and replica 1" in result.stderr
     assert "Fix: seed it" in result.stderr and "after the strategy is created" in result.stderr
+
+
+TF_SCRIPT = """
+import json, os, sys
+import numpy as np
+rank = int(os.environ.get("RANK", 0))
+np.random.seed(100 + rank)  # each replica's own process state before the strategy
+import tensorflow as tf
+if sys.argv[1] == "user":
+    tf.random.set_seed(7)
+import allgpu
+
+strategy = allgpu.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])
+def order():
+    return [int(v) for v in tf.data.Dataset.range(32).shuffle(32)]
+result = {"order": order(), "again": order(), "noise": tf.random.uniform([3]).numpy().tolist()}
+if sys.argv[1] == "user":
+    tf.random.set_seed(7)  # the user's seed, from the start: the first shuffle after it is the same op seed
+    result["reference"] = order()
+json.dump(result, open(f"r{rank}.json", "w"))
+"""
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["unseeded", "user"])
+def test_an_unseeded_tf_data_shuffle_after_the_strategy_is_one_programs(tmp_path, mode):
+    pytest.importorskip("tensorflow")
+    script = write_script(tmp_path, "train.py", TF_SCRIPT)
+    result = run_python([str(script), mode], timeout=200, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second = (json.loads((tmp_path / f"r{r}.json").read_text()) for r in (0, 1))
+    assert first == second  # the same order and draws on both replicas, as tf.distribute's one pipeline
+    assert first["order"] != first["again"] and sorted(first["order"]) == list(range(32))
+    if mode == "user":
+        assert first["order"] == first["reference"]  # the user's tf.random.set_seed(7) was kept

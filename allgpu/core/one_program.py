@@ -7,7 +7,10 @@ program. To behave the same, :meth:`OneProgram.share` (called by every strategy'
 Python's ``random``, NumPy's global generator and torch's default generator (CPU, and the replica's CUDA device)
 on every replica to replica 0's states: unseeded ``np.random.permutation``, ``train_test_split`` without
 ``random_state``, ``torch.rand`` datasets or ``random.shuffle`` *after* the strategy's construction give the same
-result on every replica.
+result on every replica. When TensorFlow is imported and its global seed is not set, it is set to one value drawn
+from that shared state (``tf.random.set_seed``), so an unseeded ``tf.data`` ``shuffle`` or ``tf.random`` op in the
+pipeline gives the same order on every replica, as ``tf.distribute``'s one pipeline does; a seed the user set is
+kept.
 
 Not covered: code that runs *before* the strategy is constructed, in each replica's own process (NumPy and
 ``random`` are seeded from the operating system there; torch's default seed is fixed, so unseeded torch draws
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -66,6 +70,7 @@ class OneProgram:
         if self.group.world_size > 1:
             _apply(self.group.broadcast_object(_states(self.group.device), where="strategy start (random state)"),
                    self.group.device)
+            _seed_tensorflow()
         return self
 
     def fork(self) -> None:
@@ -95,6 +100,22 @@ class OneProgram:
             difference = _difference(prints[0], other, rank)
             if difference:
                 raise DataMismatchError(_message(difference, what))
+
+
+def _seed_tensorflow() -> None:
+    """``tf.random.set_seed`` from the shared NumPy state (read, not drawn from: the user's NumPy stream is
+    unchanged), when TensorFlow is imported and no global seed is set. Every replica computes the same value, and
+    TensorFlow derives each unseeded op's seed from it and the op's position in the program: the same on every
+    replica running the same script. NumPy's state is seeded by the operating system unless the user seeded it, so
+    unseeded runs still differ from one another, as in TensorFlow."""
+    if "tensorflow" not in sys.modules:
+        return  # imported later: its unseeded ops stay per replica (the tf.data guard names the fix)
+    from tensorflow.python.eager import context  # public tf.random.set_seed writes here; no public getter exists
+
+    if getattr(context, "global_seed", lambda: 0)() is not None:
+        return  # the user's seed (or a TensorFlow without the getter: left as it is)
+    digest = hashlib.blake2b(np.random.get_state()[1].tobytes(), digest_size=4).digest()
+    sys.modules["tensorflow"].random.set_seed(int.from_bytes(digest, "little") & 0x7FFFFFFF)
 
 
 def fingerprint(length: int, example: Callable[[int], Any]) -> tuple:
