@@ -82,7 +82,8 @@ def write_tree(root: Path, manifest: Path, repo: str, commit: str, path: str, da
     """Put ``data`` (the checked labelled file) at ``root/path`` inside a copy of its project at ``commit``
     (``project_tree.project_files``) and list what was taken in ``manifest``; returns why not, or ""."""
     dest = root / path
-    if manifest.is_file() and dest.is_file() and not force:
+    if manifest.is_file() and dest.is_file() and not force and \
+            json.loads(manifest.read_text(encoding="utf-8")).get("depth") == DEPTH:
         return ""
     gds = _git_dirs(mirror_root, repo)
     if not gds:

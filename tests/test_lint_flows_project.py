@@ -205,3 +205,33 @@ def test_pt007_saver_built_under_a_job_guard_is_one_writer(tmp_path, guard):
 
 def test_pt007_saver_built_on_every_rank_is_reported(tmp_path):
     assert _pt007(tmp_path, "True") == [(15, False), (21, False)]
+
+
+# ---- PT008: ``lib.build_model(args)`` re-exported by ``lib/__init__``, picking a model of the project's own package
+ZOO = {
+    "lib/__init__.py": "from .build_model import build_model\n",
+    "lib/build_model.py": "from . import models\n\ndef build_model(args):\n"
+                          "    model = models.__dict__[args.model](num_classes=args.num_classes)\n    return model\n",
+    "lib/models/__init__.py": "from .resnet import *\nfrom .axialnet import *\n",
+    "lib/models/resnet.py": "import torch.nn as nn\n\nclass ResNet(nn.Module):\n    def __init__(self):\n"
+                            "        super().__init__()\n        self.bn = nn.{norm}(64)\n\n{builder}",
+    "lib/models/axialnet.py": "import torch.nn as nn\n\nclass AxialNet(nn.Module):\n    pass\n",
+    "dist_train.py": "import torch\nimport lib\n\ndef main_worker(gpu, args):\n"
+                     "    torch.distributed.init_process_group('nccl', rank=gpu, world_size=2)\n"
+                     "    model = lib.build_model(args)\n"
+                     "    model = torch.nn.parallel.DistributedDataParallel(model.cuda(gpu), device_ids=[gpu])\n",
+}
+
+
+@pytest.mark.parametrize("norm,builder,reported", [
+    ("BatchNorm2d", "def resnet50():\n    return ResNet()\n", True),
+    ("GroupNorm", "def resnet50():\n    return ResNet()\n", False),
+    ("SyncBatchNorm", "def resnet50():\n    return ResNet()\n", False),
+    ("BatchNorm2d", "", False),  # the BatchNorm class is used by nothing (I-JEPA's convolutional stem)
+])
+def test_pt008_model_picked_by_name_from_the_projects_batchnorm_package(tmp_path, norm, builder, reported):
+    for rel, text in ZOO.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text.format(norm=norm, builder=builder))
+    found = [f.line for f in check_path(tmp_path / "dist_train.py", select=list(RULES)) if f.rule_id == "PT008"]
+    assert found == ([7] if reported else [])

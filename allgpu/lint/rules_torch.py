@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import re
 
-from allgpu.lint import tfdata, torch_train
+from allgpu.lint import bn_models, tfdata, torch_train
 from allgpu.lint.accumulation import stepped_every_k
 from allgpu.lint.helper_loaders import loaders_used_under_ddp, unsharded_loader_helpers
 from allgpu.lint.helper_saves import object_saves
@@ -334,13 +334,13 @@ def check_pt008(ctx) -> None:
             ctx.emit("PT008", call, "BatchNorm in a DDP model without SyncBatchNorm: statistics come from "
                                     "each GPU's own batch")
             return
-    bn_calls = torch_train.library_bn_model_calls(mod, [c for c, qn in mod.calls
+    bn_calls = bn_models.library_bn_model_calls(mod, [c for c, qn in mod.calls
                                                         if qn == "torch.nn.parallel.DistributedDataParallel"])
     if bn_calls:
         # a torchvision/timm BatchNorm model (resnet, densenet...): report where that model is wrapped
         for call, qn in mod.calls:
-            if qn == "torch.nn.parallel.DistributedDataParallel" and torch_train.wraps_one_of(mod, call, bn_calls):
-                ctx.emit("PT008", call, "DDP wraps a BatchNorm model (torchvision/timm) without "
+            if qn == "torch.nn.parallel.DistributedDataParallel" and bn_models.wraps_one_of(mod, call, bn_calls):
+                ctx.emit("PT008", call, "DDP wraps a BatchNorm model (a library's or the project's) without "
                                         "SyncBatchNorm: statistics come from each GPU's own batch")
 
 

@@ -1,7 +1,6 @@
 """What a PyTorch training file builds and how it steps, for PT006 and PT008 (``ast`` only).
 
-- BatchNorm models that come from a library rather than from ``nn.BatchNorm2d`` calls in the file:
-  ``torchvision.models.resnet50()``, ``models.__dict__[args.arch]()``, ``timm.create_model("resnet50")``.
+- BatchNorm models built elsewhere than the file's own ``nn.BatchNorm2d`` calls: in ``bn_models``.
 - Gradient accumulation through a wrapper object or flag: the loss-scaler convention of timm, MAE, DeiT and
   Swin (``loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0)``) runs ``backward()`` inside the
   wrapper on every micro-step and steps the optimizer only when the flag is true.
@@ -13,139 +12,11 @@ import ast
 import re
 
 from allgpu.lint.binding import name_loads
-from allgpu.lint.project import find_def
 from allgpu.lint.rank_guard import rankish
-from allgpu.lint.resolve import const_str, dotted, iter_body_nodes
+from allgpu.lint.resolve import dotted, iter_body_nodes
 
-# torchvision/timm architectures built with BatchNorm layers (ViT, Swin, ConvNeXt, AlexNet, plain VGG have none)
-_BN_ARCH = re.compile(r"^(resnet|resnext|wide_resnet|densenet|vgg\d+_bn|mobilenet|efficientnet|regnet|"
-                      r"shufflenet|mnasnet|inception|googlenet|seresnet|resnest|darknet|cspdarknet|dla)")
 _DIST_HINTS = ("all_reduce", "all_gather", "world_size", "get_rank", "synchronize_between_processes",
                "is_dist_avail_and_initialized", "barrier")
-
-
-def _arch_name(mod, call: ast.Call) -> str | None:
-    """The architecture a model-building call names: ``resnet50`` for ``torchvision.models.resnet50()``,
-    ``timm.create_model("resnet50")``; ``"<any torchvision>"`` for ``models.__dict__[args.arch]()``."""
-    func = call.func
-    if isinstance(func, ast.Subscript) and (mod.qualname(func.value) or "") == "torchvision.models.__dict__":
-        return "<any torchvision>"
-    qn = mod.qualname(func) or ""
-    if qn.startswith("torchvision.models."):
-        return qn.rsplit(".", 1)[-1]
-    if qn in ("timm.create_model", "timm.models.create_model") and call.args:
-        return const_str(call.args[0])
-    return None
-
-
-def library_bn_model_calls(mod, wraps: list[ast.Call] = ()) -> list[ast.Call]:
-    """Calls that build a library model with BatchNorm layers (a dynamic torchvision arch counts: most have),
-    and, among the calls whose result reaches one of ``wraps`` (the DDP calls), calls of a project helper in
-    another module that builds one (``model = build_model(args)`` with ``models.py`` calling
-    ``torchvision.models.resnet50()`` and never converting to SyncBatchNorm)."""
-    out, memo = [], {}
-    feeding = {id(c) for w in wraps for c in _feeding_calls(mod, w)}
-    for call, qn in mod.calls:
-        arch = _arch_name(mod, call)
-        if arch and (arch == "<any torchvision>" or _BN_ARCH.match(arch.lower())):
-            out.append(call)
-        elif id(call) in feeding and qn and not qn.startswith(("torch", "timm")) and not mod.is_foreign(call):
-            for fn in mod.local_functions(call.func):
-                if mod.is_foreign(fn):
-                    if id(fn) not in memo:
-                        memo[id(fn)] = _builds_bn_model(mod.owner(fn), fn)
-                    if memo[id(fn)]:
-                        out.append(call)
-    return out
-
-
-def _feeding_calls(mod, wrap: ast.Call) -> list[ast.Call]:
-    """The calls whose result the module ``wrap`` wraps, through names and ``.cuda()``/``.to()`` (depth 4)."""
-    target = wrap.args[0] if wrap.args else next((k.value for k in wrap.keywords if k.arg == "module"), None)
-    out, todo, seen = [], [(target, 0)], set()
-    while todo:
-        node, depth = todo.pop()
-        if node is None or depth > 4 or id(node) in seen:
-            continue
-        seen.add(id(node))
-        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
-                "cuda", "to", "half", "float", "train"):
-            node = node.func.value
-        if isinstance(node, ast.Call):
-            out.append(node)
-        elif isinstance(node, (ast.Name, ast.Attribute)):
-            todo += [(v, depth + 1) for v in mod.values_of(node)]
-    return out
-
-
-def _builds_bn_model(owner, fn, depth: int = 0) -> bool:
-    """``fn`` (of the project module ``owner``) returns a library BatchNorm model it builds, or (one level more,
-    ``depth`` 0) an instance of a project class, or a project function's result, built the same way: SimCLR's
-    ``load_model()`` returning ``SimCLR(args)``, whose ``__init__`` takes ``torchvision.models.resnet50()``."""
-    if owner is None or not any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fn)):
-        return False
-    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
-    if _mentions_sync_bn(fn):
-        return False
-    for call in calls:
-        arch = _arch_name(owner, call)
-        if arch and (arch == "<any torchvision>" or _BN_ARCH.match(arch.lower())):
-            return True
-    if depth:
-        return False
-    returned = _returned(fn)
-    for call in calls:
-        if id(call) not in returned:
-            continue
-        found = _project_def(owner, call.func)
-        if found is None:
-            continue
-        inner, node = found
-        if isinstance(node, ast.ClassDef):
-            if not _mentions_sync_bn(node) and any(_builds_bn_model(inner, m, 1) or _bn_arch_in(inner, m)
-                                                   for m in node.body if isinstance(m, ast.FunctionDef)):
-                return True
-        elif _builds_bn_model(inner, node, 1):
-            return True
-    return False
-
-
-def _mentions_sync_bn(node) -> bool:
-    names = {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(node)
-             if isinstance(n, (ast.Name, ast.Attribute))}
-    return any(re.search(r"(?i)sync_?batch_?norm|sync_?bn", n) for n in names)
-
-
-def _bn_arch_in(owner, fn) -> bool:
-    """A method that builds a library BatchNorm model (``self.encoder = self.get_resnet(...)`` or the getter)."""
-    return any(isinstance(c, ast.Call) and (a := _arch_name(owner, c)) and (a == "<any torchvision>" or
-               _BN_ARCH.match(a.lower())) for c in ast.walk(fn))
-
-
-def _returned(fn) -> set[int]:
-    """ids of the calls whose value ``fn`` returns: directly, in a returned tuple, or through a returned name."""
-    names, out = set(), set()
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Return) and n.value is not None:
-            for v in (n.value.elts if isinstance(n.value, ast.Tuple) else [n.value]):
-                if isinstance(v, ast.Call):
-                    out.add(id(v))
-                elif dotted(v):
-                    names.add(dotted(v))
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and any(dotted(t) in names for t in n.targets):
-            out.add(id(n.value))
-    return out
-
-
-def _project_def(owner, func: ast.expr):
-    """``(module, class or function)`` that ``func`` names through ``owner``'s imports of its own project, or None."""
-    path = getattr(owner, "path", None)
-    qn = owner.qualname(func) or ""
-    if path is None or "." not in qn.lstrip("."):
-        return None
-    module, _, name = qn.rpartition(".")
-    return find_def(path, module, name)
 
 
 def distributed_aware(mod) -> bool:
@@ -167,27 +38,6 @@ def wrapper_accumulation_calls(mod) -> list[ast.Call]:
         if any(isinstance(a, (ast.For, ast.AsyncFor, ast.While)) for a in mod.ancestors(call)):
             out.append(call)
     return out
-
-
-def wraps_one_of(mod, wrap: ast.Call, builds: list[ast.Call], depth: int = 0) -> bool:
-    """Does the module ``wrap`` (``DDP(model, ...)``) wraps come from one of the ``builds`` calls, through
-    ``.cuda()``/``.to()`` and names assigned from them (``model = resnet50(); model = model.cuda()``)?"""
-    target = wrap.args[0] if wrap.args else next((k.value for k in wrap.keywords if k.arg == "module"), None)
-    return target is not None and _comes_from(mod, target, {id(b) for b in builds}, 0)
-
-
-def _comes_from(mod, node: ast.AST, build_ids: set[int], depth: int) -> bool:
-    """``node`` contains a build call, or is a name / ``x.cuda()`` / ``x.to(d)`` chain back to one. Names in
-    other arguments are not followed: ``LinearClassifier(model.fc.in_features)`` does not wrap ``model``."""
-    if depth > 4:
-        return False
-    if any(id(n) in build_ids for n in ast.walk(node)):
-        return True
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        node = node.func.value  # model.cuda(), model.to(device), model.half()
-    if isinstance(node, (ast.Name, ast.Attribute)):
-        return any(_comes_from(mod, v, build_ids, depth + 1) for v in mod.values_of(node))
-    return False
 
 
 _TRAINING = frozenset({"backward", "optstep", "fit", "apply", "tape"})

@@ -23,7 +23,7 @@ import subprocess
 import warnings
 from pathlib import PurePosixPath
 
-DEPTH = 2  # the labelled file's imports, then theirs
+DEPTH = 4  # as deep as the linter reads: imports, a package's re-export, the module it names, a package's submodules
 PARENTS = 2  # absolute imports: the importing file's folder and its two parents, as allgpu/lint/project.py
 _IMPORT_RE = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+import\s+\(?([\w\s,]+)|import\s+([\w., ]+))", re.M)
 
