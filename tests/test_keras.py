@@ -105,7 +105,9 @@ def _outside_scope_then_mirror(directory):
     checkpoint = CountingCheckpoint(os.path.join(directory, "best.weights.h5"), save_weights_only=True,
                                     save_best_only=True, monitor="loss")
     stop = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0)  # stops after epoch 2
-    history = model.fit(x, y, batch_size=BATCH, epochs=6, verbose=0, callbacks=[checkpoint, stop])
+    writers = [keras.callbacks.TensorBoard(os.path.join(directory, "logs")),
+               keras.callbacks.CSVLogger(os.path.join(directory, "log.csv"))]
+    history = model.fit(x, y, batch_size=BATCH, epochs=6, verbose=0, callbacks=[checkpoint, stop, *writers])
     return error, [w.copy() for w in model.get_weights()], len(history.history["loss"]), CountingCheckpoint.saves
 
 
@@ -118,6 +120,8 @@ def test_model_built_outside_scope_raises_and_mirror_fixes_it(tmp_path):
         assert (saves > 0) == (rank == 0)                   # only replica 0 writes the checkpoint
     assert all(np.array_equal(a, b) for a, b in zip(results[0][1], results[1][1]))
     assert (tmp_path / "best.weights.h5").exists()
+    assert len(list((tmp_path / "logs" / "train").iterdir())) == 1  # one TensorBoard event file: replica 0's
+    assert len((tmp_path / "log.csv").read_text().splitlines()) == 1 + 2  # the header and each epoch, once
 
 
 class Regularised(keras.Model):

@@ -3,8 +3,8 @@
 Every replica runs the same callbacks with the same (global) logs, so decisions such as ``EarlyStopping``'s are
 identical everywhere. For a model sharded across replicas (``FullyShardedStrategy``), saving gathers the shards,
 a collective, so ``ModelCheckpoint`` and ``BackupAndRestore`` run on every replica instead
-(:class:`EveryReplicaSaves`: replica 0 writes where asked, the others into a temporary folder). Callbacks that write files (``ModelCheckpoint``, ``BackupAndRestore``, ``CSVLogger``) are
-wrapped in :class:`ChiefWrites`: on replicas other than 0 their hooks are not called, except
+(:class:`EveryReplicaSaves`: replica 0 writes where asked, the others into a temporary folder). Callbacks that write files (``ModelCheckpoint``, ``BackupAndRestore``, ``CSVLogger``,
+``TensorBoard``) are wrapped in :class:`ChiefWrites`: on replicas other than 0 their hooks are not called, except
 ``BackupAndRestore.on_train_begin``, which restores the backup on every replica. A barrier after each epoch's
 writes (and before a restore) means no replica reads a file replica 0 is still writing. This is
 ``tf.distribute``'s rule for Keras callbacks under ``MultiWorkerMirroredStrategy`` (the chief writes).
@@ -18,7 +18,8 @@ import tempfile
 
 import keras
 
-WRITERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore, keras.callbacks.CSVLogger)
+WRITERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore, keras.callbacks.CSVLogger,
+           keras.callbacks.TensorBoard)
 SAVERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore)
 
 
@@ -47,6 +48,11 @@ class ChiefWrites(_Wrapping):
         inner: a file-writing Keras callback.
         strategy: the allgpu strategy (its ``is_chief`` and ``barrier()``).
     """
+
+    def set_model(self, model):
+        keras.callbacks.Callback.set_model(self, model)
+        if self.chief or isinstance(self.inner, keras.callbacks.BackupAndRestore):
+            self.inner.set_model(model)  # TensorBoard's writes its graph summary there: replica 0 only
 
     def on_train_begin(self, logs=None):
         self.strategy.barrier()  # a backup written by a previous fit on replica 0 is complete
