@@ -125,3 +125,50 @@ def test_tf008_prefetch_followed_by_a_map():
     assert "TF008" in ids(chained)
     batched = TF + "ds = tf.data.Dataset.range(9).map(f, num_parallel_calls=2).prefetch(2).batch(3)\nmodel.fit(ds)\n"
     assert "TF008" not in ids(batched)  # authors prefetch before batching and call it fixed (cloudml-samples)
+
+
+EMA = TF + """
+class MovingAverage:
+    def __init__(self, variables, decay=0.999):
+        self._ema = tf.train.ExponentialMovingAverage(decay)
+        self._variables = variables
+        self.update()
+
+    @tf.function
+    def update(self):
+        self._ema.apply(self._variables)
+
+
+class Trainer:
+    def __init__(self, model):
+        self._model = model
+        self._strategy = tf.distribute.MirroredStrategy()
+
+    def __call__(self, dataset):
+        average = MovingAverage(self._model.trainable_variables)
+        for batch in dataset:
+            self._step(batch)
+"""
+
+
+def test_tf001_moving_average_first_applied_outside_the_scope():
+    """TF001: the first ExponentialMovingAverage.apply() creates the shadow variables; reached from a trainer
+    method outside strategy.scope() (OpenNMT-tf's MovingAverage, fixed in #736, tuning half) it is reported;
+    built under the scope, or with no call site that runs the apply, it is not."""
+    assert "TF001" in ids(EMA)
+    scoped = EMA.replace("        average = MovingAverage(self._model.trainable_variables)\n",
+                         "        with self._strategy.scope():\n"
+                         "            average = MovingAverage(self._model.trainable_variables)\n")
+    assert "TF001" not in ids(scoped)
+    assert "TF001" not in ids(EMA.replace("        self.update()\n", ""))
+    replica = TF + """
+strategy = tf.distribute.MirroredStrategy()
+ema = tf.train.ExponentialMovingAverage(0.99)
+def step_fn(x):
+    ema.apply(variables)
+@tf.function
+def step(x):
+    strategy.run(step_fn, args=(x,))
+step(batch)
+"""
+    assert "TF001" not in ids(replica)

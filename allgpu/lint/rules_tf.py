@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from allgpu.lint import run_inputs, tfdata
+from allgpu.lint import run_inputs, tf_ema, tfdata
 from allgpu.lint.facts import reachable_functions
 from allgpu.lint.binding import after_strategy_ends, returned_binding, used_after
 from allgpu.lint.flow import (call_site_note, nested_check, stack_targets, target_stmt, undistributed_branch,
@@ -170,6 +170,7 @@ def check_tf001(ctx) -> None:
                                     f"its variables live on one device{call_site_note(stack)}{where}")
 
     walk_scopes(facts, on_call)
+    tf_ema.check_ema(ctx)
 
 
 def _name_lines(mod) -> dict[str, list[tuple[int, bool]]]:
