@@ -235,3 +235,28 @@ def test_pt008_model_picked_by_name_from_the_projects_batchnorm_package(tmp_path
         (tmp_path / rel).write_text(text.format(norm=norm, builder=builder))
     found = [f.line for f in check_path(tmp_path / "dist_train.py", select=list(RULES)) if f.rule_id == "PT008"]
     assert found == ([7] if reported else [])
+
+
+# ---- PT004: a library dataset whose iterator() builds a new DistributedSampler each call (ClassyVision)
+DATASET = """
+from torch.utils.data import DataLoader, DistributedSampler
+
+class ClassyDataset:
+    def _get_sampler(self{param}):
+        sampler = DistributedSampler(self, num_replicas=get_world_size(), rank=get_rank(), shuffle={shuffle})
+        {set_epoch}
+        return sampler
+
+    def iterator(self, *args, **kwargs):
+        return DataLoader(self, batch_size=self.batchsize_per_replica, sampler=self._get_sampler({arg}))
+"""
+
+
+@pytest.mark.parametrize("shuffle,fixed,reported", [("self.shuffle", False, True), ("self.shuffle", True, False),
+                                                    ("False", False, False)])
+def test_pt004_loader_rebuilt_with_a_fresh_sampler_never_given_the_epoch(tmp_path, shuffle, fixed, reported):
+    text = DATASET.format(param=", epoch" if fixed else "", arg="epoch=kwargs['epoch']" if fixed else "",
+                          set_epoch="sampler.set_epoch(epoch)" if fixed else "", shuffle=shuffle)
+    (tmp_path / "classy_dataset.py").write_text(textwrap.dedent(text))
+    found = [f.line for f in check_path(tmp_path / "classy_dataset.py", select=list(RULES)) if f.rule_id == "PT004"]
+    assert found == ([6] if reported else [])

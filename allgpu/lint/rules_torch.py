@@ -215,16 +215,13 @@ def check_pt004(ctx) -> None:
     mod = ctx.mod
     if "set_epoch" in mod.attrs or torch_train.sampler_delegated(mod):
         return
-    for call in torch_train.unused_distributed_samplers(mod):
+    unused = torch_train.unused_distributed_samplers(mod)
+    for call in unused + torch_train.fresh_samplers(mod):
         ctx.emit("PT004", call, "DistributedSampler built and never used: no DataLoader takes it and nothing can "
-                                "call its set_epoch(epoch); pass it as `sampler=` and set its epoch")
-    epoch_loop = False
-    for loop in mod.loops:
-        head = loop.test if isinstance(loop, ast.While) else ast.Tuple(elts=[loop.target, loop.iter])
-        if any("epoch" in (dotted(n) or "").lower() for n in ast.walk(head) if isinstance(n, (ast.Name, ast.Attribute))):
-            epoch_loop = True
-            break
-    if not epoch_loop:
+                                "call its set_epoch(epoch); pass it as `sampler=` and set its epoch" if call in unused
+                 else "each returned DataLoader gets a new DistributedSampler that nothing gives set_epoch(epoch): "
+                      "every epoch shuffles the same way; pass the epoch in and set it")
+    if not torch_train.has_epoch_loop(mod):
         return
     for call, qn in mod.calls:
         if qn and qn.startswith("torch.") and qn.endswith("DistributedSampler"):

@@ -197,6 +197,37 @@ def unused_distributed_samplers(mod) -> list[ast.Call]:
     return out
 
 
+def has_epoch_loop(mod) -> bool:
+    """A ``for``/``while`` loop whose head names an epoch (``for epoch in range(n)``)."""
+    for loop in mod.loops:
+        head = loop.test if isinstance(loop, ast.While) else ast.Tuple(elts=[loop.target, loop.iter])
+        if any("epoch" in (dotted(n) or "").lower() for n in ast.walk(head) if isinstance(n, (ast.Name, ast.Attribute))):
+            return True
+    return False
+
+
+def fresh_samplers(mod) -> list[ast.Call]:
+    """``return DataLoader(ds, sampler=self._get_sampler())`` where ``_get_sampler`` (or the argument itself)
+    returns a new ``DistributedSampler(...)``: every call builds a loader whose sampler nobody keeps, so nobody
+    gives it the epoch (ClassyVision's ``ClassyDataset.iterator()``, rebuilt each phase). The caller checks that
+    the file calls ``set_epoch`` nowhere."""
+    out = []
+    for call, qn in mod.calls:
+        if qn != "torch.utils.data.DataLoader" or mod.is_foreign(call) or \
+                not isinstance(mod.parent.get(id(call)), ast.Return):
+            continue
+        value = next((k.value for k in call.keywords if k.arg == "sampler"), None)
+        made = [value] if isinstance(value, ast.Call) else []
+        for fn in (mod.local_functions(value.func) if isinstance(value, ast.Call) else [])[:1]:
+            made = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)]
+        for m in made:
+            if (mod.qualname(m.func) or "").endswith("DistributedSampler") and not evaluation_sampler(mod, m) and \
+                    not (isinstance(kw := next((k.value for k in m.keywords if k.arg == "shuffle"), None), ast.Constant)
+                         and kw.value is False):
+                out.append(m)
+    return out
+
+
 def _nested_in(mod, node: ast.AST, fn: ast.AST) -> bool:
     return any(a is fn for a in mod.ancestors(node))
 
