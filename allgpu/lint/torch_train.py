@@ -219,7 +219,9 @@ def fresh_samplers(mod) -> list[ast.Call]:
         value = next((k.value for k in call.keywords if k.arg == "sampler"), None)
         made = [value] if isinstance(value, ast.Call) else []
         for fn in (mod.local_functions(value.func) if isinstance(value, ast.Call) else [])[:1]:
-            made = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)]
+            rets = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
+            made = [v for r in rets for v in ([r] if isinstance(r, ast.Call) else mod.values_of(r)[:2])
+                    if isinstance(v, ast.Call)]
         for m in made:
             if (mod.qualname(m.func) or "").endswith("DistributedSampler") and not evaluation_sampler(mod, m) and \
                     not (isinstance(kw := next((k.value for k in m.keywords if k.arg == "shuffle"), None), ast.Constant)
