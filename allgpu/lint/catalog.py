@@ -28,6 +28,8 @@ _R = [
          "single-device evaluation, export, a summary, on the single-device branch of `if multi_gpu: strategy =\n"
          "... else:`, by a function handed to a library with the strategy (`kt.Hyperband(build_model,\n"
          "distribution_strategy=strategy)`), or rebuilt under the scope before training is not reported.\n"
+         "Also a moving average whose first ExponentialMovingAverage.apply() (it creates the shadow variables)\n"
+         "is reached from outside the scope, not from a strategy.run step.\n"
          "Fix:\n    strategy = tf.distribute.MirroredStrategy()\n    with strategy.scope():\n"
          "        model = build_model()\n        model.compile(optimizer='adam', loss=...)\n    model.fit(dataset)"),
     Rule("TF002", "warning", "pinned-to-one-device",
@@ -51,6 +53,8 @@ _R = [
          "strategy.run fed from a dataset that was not distributed",
          "In a custom loop, each replica must get its own slice of the global batch. Iterating a plain\n"
          "tf.data.Dataset gives every replica the same full batch (or fails on PerReplica values).\n"
+         "Also `strategy.run(fn, args=(next(iterator),))` whose iterator, through the step's callers and dicts of\n"
+         "iterators or loaders, is iter() of such a pipeline or of a loader asked for batches without the strategy.\n"
          "Fix:\n    dist_ds = strategy.experimental_distribute_dataset(dataset)\n    for batch in dist_ds:\n"
          "        strategy.run(train_step, args=(batch,))\n"
          "(or `strategy.distribute_datasets_from_function(fn)`). Keras `fit` needs neither."),
@@ -89,6 +93,8 @@ _R = [
          "with next()/get_next() in a training script, an Estimator input_fn's return, and, in a data module\n"
          "that trains nothing itself, what its training loaders return (batched). Pipelines given to\n"
          "strategy.experimental_distribute_dataset are not reported: it adds a prefetch to the devices itself.\n"
+         "A pipeline prefetched before a later map/interleave/flat_map (a loader prefetches, the script maps\n"
+         "again) is reported too; batching or shuffling after the prefetch is not.\n"
          "Fix: end the pipeline with `dataset = dataset.prefetch(tf.data.AUTOTUNE)`."),
     Rule("TF009", "warning", "map-serial",
          "tf.data .map() without num_parallel_calls runs on one CPU thread",
