@@ -36,8 +36,8 @@ def is_keras_model(obj: Any) -> bool:
 
 
 class ModelRecorder:
-    """Hands each Keras model constructed while active to ``on_model`` when its construction returns
-    (``tf.keras`` captured the strategy in ``Model.__init__``).
+    """Hands each Keras model (or, with ``kind="Metric"``, each Keras metric) constructed while active to
+    ``on_model`` when its construction returns (``tf.keras`` captured the strategy in ``Model.__init__``).
 
     While active, ``keras.Model.__init__`` is wrapped: when the outermost ``__init__`` returns (a ``Sequential``
     built with an ``Input`` constructs a functional model inside its own), ``on_model(models)`` receives the
@@ -50,9 +50,10 @@ class ModelRecorder:
             in ``models``.
     """
 
-    def __init__(self, on_model=None):
+    def __init__(self, on_model=None, kind: str = "Model"):
         self.models: list = []
         self._on_model = on_model
+        self._kind = kind
         self._model_cls = None
         self._original = None
 
@@ -60,7 +61,10 @@ class ModelRecorder:
         keras = _keras()
         if keras is None:
             return self
-        Model = keras.Model  # keras.src.models.model.Model on every backend
+        # the same class on every backend; a Keras without metrics (a stand-in) records no metric
+        Model = keras.Model if self._kind == "Model" else getattr(getattr(keras, "metrics", None), "Metric", None)
+        if Model is None:
+            return self
         self._model_cls, self._original = Model, Model.__dict__["__init__"]
         original, recorder = self._original, self
         depth = [0]

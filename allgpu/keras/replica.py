@@ -32,11 +32,10 @@ from torch.distributed.tensor import DTensor
 from allgpu.core.scope_record import mirror_when_built
 from allgpu.errors import InputError, UnsupportedError
 from allgpu.keras.callbacks import wrap_callbacks
+from allgpu.keras.metrics import local_reads, read_reduced
 from allgpu.keras.tf_data import is_tf_dataset
 from allgpu.keras.shard import ShardedInput, check_same_data, leading_size, make_input
 
-_SUM = ("sum",)
-_MEAN = ("mean",)
 
 
 def _seed_states(model) -> list:
@@ -202,25 +201,10 @@ class KerasReplica:
         model = self.model
         self._restore_discarded()  # a padded test step's update is undone before its results are read
         if self.world == 1 or (self._in_step and not self._batch_logs):
-            return self._metrics_result(model)  # a step's logs nobody shows: the epoch's are reduced at its end
-        variables = [v for m in model.metrics for v in m.variables if v.aggregation in _SUM + _MEAN]
-        if not variables:
-            return self._metrics_result(model)
-        local = [v.value.detach().clone() for v in variables]
-        flat = torch.cat([t.reshape(-1).to(torch.float64) for t in local])
-        total = self.strategy.reduce("sum", flat)
-        offset = 0
-        try:
-            for v, t in zip(variables, local):
-                part = total[offset:offset + t.numel()].view(t.shape)
-                if v.aggregation in _MEAN:
-                    part = part / self.world
-                v.assign(part.to(t.dtype))
-                offset += t.numel()
-            return self._metrics_result(model)
-        finally:
-            for v, t in zip(variables, local):
-                v.assign(t)
+            with local_reads():  # a step's logs nobody shows: the epoch's are reduced at its end
+                return self._metrics_result(model)
+        return read_reduced(self.strategy, [v for m in model.metrics for v in m.variables],
+                            lambda: self._metrics_result(model))
 
     # -- fit / evaluate ----------------------------------------------------------------------------------------
     def _input(self, x, y, sample_weight, batch_size, shuffle, class_weight=None, seed=0, *, steps=None,

@@ -47,12 +47,14 @@ class ScopeVariables:
         self._scope_depth += 1
         mirror_at_exit = False
         keras_models = keras_support.ModelRecorder(self._adopt_keras)
+        keras_metrics = keras_support.ModelRecorder(self._sync_keras_metrics, kind="Metric")
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(torch.device(self.device))
                 if outermost:
                     stack.enter_context(record)
                     stack.enter_context(keras_models)
+                    stack.enter_context(keras_metrics)
                 yield self
             mirror_at_exit = outermost
         finally:
@@ -71,6 +73,12 @@ class ScopeVariables:
         record = self._record
         with record.paused() if record is not None else contextlib.nullcontext():
             keras_support.adopt(self, models)
+
+    def _sync_keras_metrics(self, metrics: list) -> None:
+        """A Keras metric constructed inside ``scope()`` reads its state across replicas (sync-on-read)."""
+        from allgpu.keras.metrics import sync_on_read
+
+        sync_on_read(self, metrics[-1:])  # the outermost: metrics it made inside are read through it
 
     def _first_use(self, module: torch.nn.Module, args: tuple, kwargs: dict):
         """Forward pre-hook on what an open scope created: mirror at the first training forward, then check."""

@@ -21,6 +21,7 @@ from allgpu.errors import ArgumentError, ArgumentTypeError
 from allgpu.runtime import live
 from allgpu.core.accumulate import Accumulation
 from allgpu.keras.tf_data import distributed as tf_input, is_tf_dataset, limit_if_imported
+from allgpu.keras.metrics import local_reads
 from allgpu.core.compiling import CompileOverlap, compile_model
 from allgpu.core.data import DistributedDataset, EpochCounter, InputContext, PerReplicaInput, batched_loader_settings
 from allgpu.core.mirror import MirrorCheck
@@ -172,7 +173,8 @@ class Strategy(ScopeVariables, TFNames):
             raise ArgumentTypeError(f"strategy.run(fn, args=...) takes a tuple of arguments; got {type(args).__name__}. "
                             "Fix: args=(batch,) with a trailing comma.")
         self._mirror_pending()  # a first use of what an open scope() created
-        return fn(*args, **(kwargs or {}))
+        with local_reads():  # replica context: a Keras metric's result() is this replica's (sync-on-read)
+            return fn(*args, **(kwargs or {}))
 
     def reduce(self, op: str, value: Any, axis: int | None = None) -> torch.Tensor:
         """Combine ``value`` across replicas (``tf.distribute.Strategy.reduce``).
