@@ -66,6 +66,11 @@ def _unavailable_candidates(frameworks: set[str | None], log: LogReading) -> tup
     machine = _machine_candidates(log)
     if machine:
         return machine
+    if "rtorch" in setting.frameworks:
+        # mlverse/torch's install_type(): CUDA, CUDA_HOME/CUDA_PATH's version.txt, /usr/local/cuda or nvcc, else "cpu".
+        return ("missing-cuda-libs", "cpu-build", "no-driver"), (
+            "R torch downloads its CUDA build only when it finds the CUDA toolkit at install time (CUDA_HOME or "
+            "CUDA_PATH, /usr/local/cuda, nvcc); a conda environment's cudatoolkit is not looked at")
     if len(frameworks - {None}) >= 2:
         return ("no-driver", "cpu-build"), "two frameworks both see no GPU: the machine, not one build"
     if "tensorflow" in frameworks and tf and tf > TF_WINDOWS_LAST_GPU:
@@ -177,6 +182,54 @@ def _wsl_no_device(log: LogReading) -> list[Evidence]:
              "from the Windows driver through /usr/lib/wsl/lib; a Linux driver installed inside WSL hides it)", ())]
 
 
+# Messages that say the CUDA runtime counts no GPU. Which cause comes first follows the same log: the run setting
+# CUDA_VISIBLE_DEVICES (devices hidden), a container (started without its GPUs: the driver is not passed in), else
+# the message's own order (Paddle's GPU build counting none: the driver first).
+_ZERO_DEVICES = ("paddle-no-gpu", "cuda-no-device", "torch-no-gpus")
+
+
+def _zero_devices(log: LogReading) -> list[Evidence]:
+    hit = next((h for h in log.hits if h.pattern in _ZERO_DEVICES), None)
+    if hit is None or log.setting.os in ("wsl", "wsl1", "macos"):
+        return []
+    line = f"log line {hit.line}: {hit.text[:120]}"
+    if log.cvd is not None:
+        return [("devices-hidden", 0.7, "zero-devices-cvd", f"{line} (the run sets CUDA_VISIBLE_DEVICES="
+                 f"{log.cvd!r}: the devices it names are the ones CUDA counts)", ("no-driver",))]
+    if log.setting.container:
+        return [("no-driver", 0.7, "zero-devices-container", f"{line} (inside a container: one started without "
+                 "--gpus / the NVIDIA Container Toolkit has no driver or device files)", ("devices-hidden",))]
+    if hit.pattern == "paddle-no-gpu":
+        return [("no-driver", 0.7, "zero-devices", f"{line} (PaddlePaddle's GPU build counts no GPU: the driver "
+                 "is missing or not passed in, e.g. a container without --gpus)", ("devices-hidden",))]
+    return []
+
+
+def _both_flavours(log: LogReading) -> list[Evidence]:
+    """The CPU and GPU packages of one framework both installed: the same module, and the CPU one can answer."""
+    if not log.setting.both_flavours or log.registered:
+        return []
+    name = log.setting.both_flavours[0]
+    return [("cpu-build", 0.6, "both-flavours", f"both {name} and {name}-gpu are installed: they install the same "
+             f"module and the CPU package can shadow the GPU one (pip uninstall {name} {name}-gpu, then install "
+             f"{name}-gpu alone)", ("missing-cuda-libs",))]
+
+
+def _own_kernels_invalid(log: LogReading) -> list[Evidence]:
+    """'invalid device function' from TensorFlow's own kernels on a GPU it registered, whose compute capability is
+    at or above its minimum and not newer than its build: its pip builds carry kernels (or PTX) for that GPU, so
+    the CUDA runtime it loaded is not the one it was built with."""
+    hit = next((h for h in log.hits if h.pattern == "invalid-device-function"), None)
+    cap = log.setting.capability
+    if (hit is None or "tensorflow" not in log.frameworks or not log.registered or cap is None or cap < (3, 5)
+            or _gpu_too_new(log) or any(h.pattern == "tf-ignoring-gpu" for h in log.hits)):
+        return []
+    return [("cuda-version-mismatch", 0.85, "own-kernels-invalid", f"log line {hit.line}: {hit.text[:120]} "
+             f"(TensorFlow registered the GPU, compute capability {cap[0]}.{cap[1]}, and its own kernel failed: "
+             "its build covers this GPU, the CUDA runtime or libraries it loaded do not match it)",
+             ("unsupported-compute-capability",))]
+
+
 def _throughput(log: LogReading) -> list[Evidence]:
     out: list[Evidence] = []
     stall = stalls(log.throughput)
@@ -207,4 +260,5 @@ def _stuck_in_nccl(log: LogReading) -> list[Evidence]:
 def setting_evidence(log: LogReading) -> list[Evidence]:
     """Every cause the log's setting, throughput and "no GPU available" lines point at."""
     return (_unavailable(log) + _windows_tf(log) + _driver_cuda(log) + _gpu_too_new(log) + _wsl_no_device(log)
-            + _throughput(log) + _stuck_in_nccl(log))
+            + _zero_devices(log) + _both_flavours(log) + _own_kernels_invalid(log) + _throughput(log)
+            + _stuck_in_nccl(log))

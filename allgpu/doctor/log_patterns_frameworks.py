@@ -20,9 +20,13 @@ I = re.IGNORECASE
 
 FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
     # --- a build without CUDA -----------------------------------------------------------------------------------
+    # Paddle's CUDAPlace binding (pybind/place.cc): the CPU build's branch, and the GPU build's when it counts no GPU.
     _p("paddle-cpu-only", r"Cannot use CUDAPlace in CPU only version|PaddlePaddle is not compiled with CUDA|"
-       r"The device should not be '?gpu'?, since PaddlePaddle is not compiled with CUDA", "cpu-build", 1.0,
+       r"The device should not be '?gpu'?, since PaddlePaddle is not compiled with CUDA|Cannot use GPU because you "
+       r"have installed CPU version PaddlePaddle", "cpu-build", 1.0,
        "PaddlePaddle is the CPU package (paddlepaddle, not paddlepaddle-gpu)"),
+    _p("paddle-no-gpu", r"Cannot use GPU because there is no GPU detected on your machine", None, 0,
+       "PaddlePaddle's GPU build counts no GPU", "zero-devices"),
     _p("mxnet-cpu-only", r"Compile with USE_CUDA=1 to enable GPU usage", "cpu-build", 1.0,
        "MXNet is a CPU build (mxnet, not mxnet-cuXXX)"),
     _p("caffe-cpu-only", r"Cannot use GPU in CPU-only Caffe|CPU-only Mode", "cpu-build", 1.0,

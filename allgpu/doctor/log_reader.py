@@ -203,8 +203,8 @@ def _facts(reading: LogReading, pat: Pattern, m: re.Match[str]) -> None:
         reading.nccl_ranks = max(reading.nccl_ranks or 0, int(m.group(1)))
 
 
-# What a REPL or notebook prints for a call: a bare value, maybe after "Out[3]:" or ">>>" lines.
-_ANSWER = re.compile(r"^(?:Out\[\d+\]:\s*)?(False|True|None|\d+)\s*$", re.I)
+# What a REPL or notebook (Python's or R's) prints for a call: a bare value, maybe after "Out[3]:" or ">>>" lines.
+_ANSWER = re.compile(r"^(?:Out\[\d+\]:\s*|\[1\]\s*)?(False|True|None|\d+)\s*$", re.I)  # R prints "[1] FALSE"
 
 
 def _answer(lines: list[str], i: int) -> str:

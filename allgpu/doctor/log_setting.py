@@ -33,6 +33,8 @@ _FRAMEWORKS = (
                        r"\bjaxlib\b", re.I)),
     ("numba", re.compile(r"site-packages[/\\]numba(?:_cuda)?[/\\]|\bimport numba\b|\bnumba\.cuda\b", re.I)),
     ("cupy", re.compile(r"site-packages[/\\]cupy[/\\]|\bimport cupy\b|\bcupy\.cuda\b", re.I)),
+    # R's torch package (mlverse): its R calls, e.g. torch::cuda_is_available(), library(torch), install_torch().
+    ("rtorch", re.compile(r"\btorch::\w|\b(?:library|require)\(torch\)|\binstall_torch\(")),
     ("keras", re.compile(r"site-packages[/\\]keras[/\\]|\bimport keras\b|\bKERAS_BACKEND\b|Using \w+ backend", re.I)),
 )
 _TORCH_BUILD = re.compile(r"\b(?:torch|pytorch)\S*\s*[=:v ]{0,4}\d+\.\d+(?:\.\d+)?\+cu(\d{2,3})\b|"
@@ -47,6 +49,17 @@ _CPU_PACKAGES = (
     ("mxnet", re.compile(r"(?<![\w-])mxnet(?:==|\s+)\d", re.I), re.compile(r"mxnet[-_]cu\d", re.I)),
     ("jax[cpu]", re.compile(r"\bjax\[cpu\]", re.I), None),
 )
+# Both flavours installed (pip list / conda list lines): they install the same module and the CPU one can answer
+# (ONNX Runtime's maintainers, microsoft/onnxruntime#7748 and #10685; Paddle's paddlepaddle vs paddlepaddle-gpu).
+_BOTH_FLAVOURS = (("onnxruntime", re.compile(r"(?<![\w-])onnxruntime(?:==|\s+)v?\d", re.I),
+                   re.compile(r"onnxruntime[-_]gpu(?:==|\s+)v?\d", re.I)),
+                  ("paddlepaddle", re.compile(r"(?<![\w-])paddlepaddle(?:==|\s+)v?\d", re.I),
+                   re.compile(r"paddlepaddle[-_]gpu(?:==|\s+)v?\d", re.I)))
+# Signs the run is inside a container (a shell prompt of a container id, docker commands, Kubernetes).
+_CONTAINER = re.compile(r"\b(?:nvidia-)?docker (?:run|exec|compose|container|start)\b|\bnvidia-docker\b|/\.dockerenv|"
+                        r"\bkubectl\b|\bpodman (?:run|exec)\b|^root@[0-9a-f]{12}:", re.I | re.M)
+# The compute capability a framework prints for a GPU it found (TensorFlow's device lines, deviceQuery).
+_CAPABILITY = re.compile(r"compute ?capability:? (\d{1,2})\.(\d)\b", re.I)
 # The CUDA other builds name: jaxlib "+cuda12", jax-cuda12-plugin, paddlepaddle-gpu "post117", mxnet-cu102.
 _OTHER_BUILD = re.compile(r"jaxlib(?:==|\s+)?[\d.]*\+cuda(\d{2})|jax[-_]cuda(\d{2})[-_]plugin|jax\[cuda(\d{2})|"
                           r"paddlepaddle[-_]gpu(?:==|\s+)?[\d.]*?\.?post(\d{2,3})\b|mxnet[-_]cu(\d{2,3})\b", re.I)
@@ -97,6 +110,9 @@ class Setting:
         cpu_packages: CPU-only packages the log names (``tensorflow-cpu``, ``paddlepaddle`` without
             ``paddlepaddle-gpu``, ``onnxruntime`` without ``onnxruntime-gpu``, ``mxnet`` without ``mxnet-cuXXX``).
         other_cuda: ``(CUDA version, the name as printed)`` a JAX, PaddlePaddle or MXNet build names, or None.
+        both_flavours: packages whose CPU and GPU flavours are both listed as installed (``onnxruntime``).
+        container: the log shows the run inside a container (docker commands, a container-id prompt, kubectl).
+        capability: the compute capability the log prints for a GPU (``(7, 5)``), or None.
     """
 
     os: str | None = None
@@ -107,6 +123,9 @@ class Setting:
     gpu_arch: tuple[str, tuple[int, int], str] | None = None
     cpu_packages: list[str] = field(default_factory=list)
     other_cuda: tuple[str, str] | None = None
+    both_flavours: list[str] = field(default_factory=list)
+    container: bool = False
+    capability: tuple[int, int] | None = None
 
 
 def tf_build_cuda(version: tuple[int, int] | None) -> str | None:
@@ -164,6 +183,10 @@ def read_setting(lines: list[str]) -> Setting:
             setting.devices.append(name)
     setting.cpu_packages = [name for name, regex, gpu in _CPU_PACKAGES
                             if regex.search(text) and not (gpu and gpu.search(text))]
+    setting.both_flavours = [name for name, cpu, gpu in _BOTH_FLAVOURS if cpu.search(text) and gpu.search(text)]
+    setting.container = bool(_CONTAINER.search(text))
+    cap = _CAPABILITY.search(text)
+    setting.capability = (int(cap.group(1)), int(cap.group(2))) if cap else None
     other = _OTHER_BUILD.search(text)
     if other:
         tag = next(g for g in other.groups() if g)
