@@ -13,13 +13,14 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# The engine tier's real Slurm: Debian's slurm-wlm and munge (tests/slurm_local.py starts them on localhost).
-# Where apt-get cannot install them the tier skips, saying why; in CI (CI=true) it fails instead.
+# The engine tier's real Slurm and mpirun: Debian's slurm-wlm and munge (tests/slurm_local.py starts them on
+# localhost) and Open MPI's openmpi-bin. Where apt-get cannot install them the tier skips, saying why; in CI
+# (CI=true) it fails instead.
 engine-deps:
 	@{ command -v slurmctld || test -x /usr/sbin/slurmctld; } >/dev/null 2>&1 && \
-	  { command -v munged || test -x /usr/sbin/munged; } >/dev/null 2>&1 || \
-	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; } || \
-	  echo "engine-deps: could not install slurm-wlm and munge: the engine tier will skip (fail in CI)"
+	  { command -v munged || test -x /usr/sbin/munged; } >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge openmpi-bin; } || \
+	  echo "engine-deps: could not install slurm-wlm, munge and openmpi-bin: the engine tier will skip (fail in CI)"
 
 demo: install
 	$(VENV)/bin/allgpu demo

@@ -139,3 +139,40 @@ def test_multi_worker_refuses_another_resolver_kind():
 
     with pytest.raises(ArgumentError, match="SlurmClusterResolver"):
         allgpu.MultiWorkerMirroredStrategy(object())
+
+
+def ompi_env(rank: int, size: int = 4, local_size: int = 4, **extra) -> dict:
+    """What Open MPI 4.1's mpirun gives a rank (as read from a real `mpirun -np 2`, minus the rest)."""
+    return {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(size),
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(rank % local_size), "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size),
+            "OMPI_MCA_ess_base_jobid": "1134493697", **extra}
+
+
+def test_an_mpirun_rank_is_one_replica_and_every_rank_derives_the_same_rendezvous():
+    clusters = [discover(ompi_env(r)) for r in range(4)]
+    assert {c.engine for c in clusters} == {"mpirun (Open MPI)"} and all(c.per_replica for c in clusters)
+    spec = clusters[3].process
+    assert (spec.rank, spec.world_size, spec.local_rank, spec.local_world_size) == (3, 4, 3, 4)
+    assert {(c.master_addr, c.master_port) for c in clusters} == {("127.0.0.1", 15000 + 1134493697 % 16000)}
+    hydra = discover({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"})
+    assert hydra.engine == "mpirun (MPICH/Intel MPI)" and (hydra.process.rank, hydra.master_port) == (1, 29500)
+
+
+def test_mpirun_over_machines_needs_master_addr_and_says_so():
+    with pytest.raises(ClusterConfigError, match="MASTER_ADDR") as error:
+        discover(ompi_env(5, size=8, local_size=4))
+    assert "-x MASTER_ADDR" in str(error.value)
+    spec = discover(ompi_env(5, size=8, local_size=4, MASTER_ADDR="node1", MASTER_PORT="29400")).process
+    assert (spec.rank, spec.local_rank, spec.master_addr, spec.master_port) == (5, 1, "node1", 29400)
+
+
+def test_mpirun_inside_a_slurm_allocation_is_read_as_mpi_ranks():
+    # mpirun in an sbatch script starts one daemon per node through srun: the ranks inherit that step's variables
+    env = {**srun_env(procid=0, ntasks=1), **ompi_env(2, size=4, local_size=4)}
+    cluster = discover(env)
+    assert cluster.engine == "mpirun (Open MPI)" and cluster.process.rank == 2
+
+
+def test_malformed_mpi_variable_is_named():
+    with pytest.raises(ClusterConfigError, match="OMPI_COMM_WORLD_RANK='x'"):
+        discover(ompi_env(0, OMPI_COMM_WORLD_RANK="x"))

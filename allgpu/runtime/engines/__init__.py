@@ -8,6 +8,8 @@ One module per engine (:mod:`.slurm`, :mod:`.ray`, :mod:`.kubernetes`, :mod:`.sk
    inside an engine (``srun allgpu run``, torchrun in a Trainer pod, Ray on Slurm nodes) refines that engine's
    description, so it wins without a comparison;
 2. **a Kubeflow PyTorchJob pod** running the script itself (``RANK``, ``WORLD_SIZE``, no ``LOCAL_RANK``);
+   then **an MPI rank** (:mod:`.mpi`: ``mpirun -np N python train.py``), which also wins without a comparison
+   (``mpirun`` inside a Slurm allocation starts its daemons through ``srun``);
 3. the engines that start one process per task or node, compared with each other: **Slurm** (a task of an
    ``srun`` step), **TF_CONFIG** (for multi-worker strategies), **Kubeflow Trainer v2 / JobSet** (``PET_*``),
    **SkyPilot** (``SKYPILOT_*``). The first present wins; two present that disagree on the number of processes
@@ -23,7 +25,7 @@ from typing import Mapping
 
 from allgpu.errors import ClusterConfigError
 from allgpu.runtime.cluster import TFConfig, from_tf_config_env, from_torchrun_env, split_host_port
-from allgpu.runtime.engines import kubernetes, ray, skypilot, slurm
+from allgpu.runtime.engines import kubernetes, mpi, ray, skypilot, slurm
 from allgpu.runtime.engines.description import Cluster
 
 __all__ = ["Cluster", "discover", "from_tf_config"]
@@ -64,7 +66,7 @@ def discover(env: Mapping[str, str] | None = None, *, tf_config: bool = True) ->
             both).
     """
     env = os.environ if env is None else env
-    first = launcher(env)
+    first = launcher(env) or mpi.detect(env)
     if first is not None:
         return first
     tf = from_tf_config_env(env) if tf_config else None
