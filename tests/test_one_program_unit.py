@@ -1,9 +1,10 @@
 """Issue 24, item 1 (in-process parts): the data fingerprint and how two fingerprints are compared."""
 
 import numpy as np
+import pytest
 import torch
 
-from allgpu.core.one_program import _difference, fingerprint
+from allgpu.core.one_program import _difference, _seed_tensorflow, fingerprint
 
 
 def test_the_fingerprint_names_a_length_or_an_example_that_differs():
@@ -24,3 +25,25 @@ def test_examples_that_change_between_two_reads_are_not_compared():
     noisy = fingerprint(10, lambda i: np.float64(i) + rng.random())
     assert all(d is None for _, d in noisy[1])
     assert _difference(noisy, fingerprint(10, lambda i: np.float64(i) + rng.random()), 1) is None
+
+
+@pytest.mark.replicas  # in-process, but importing TensorFlow starts a helper process
+def test_tensorflow_gets_a_seed_from_the_shared_state_unless_the_user_set_one():
+    tf = pytest.importorskip("tensorflow")
+    from tensorflow.python.eager import context
+
+    try:
+        tf.random.set_seed(7)
+        _seed_tensorflow()
+        assert context.global_seed() == 7  # the user's seed is kept
+        tf.random.set_seed(None)
+        np.random.seed(3)
+        _seed_tensorflow()
+        first = context.global_seed()
+        assert first is not None and np.random.randint(1 << 30) == np.random.RandomState(3).randint(1 << 30)
+        tf.random.set_seed(None)
+        np.random.seed(3)
+        _seed_tensorflow()
+        assert context.global_seed() == first  # derived from NumPy's (shared) state, which it does not draw from
+    finally:
+        tf.random.set_seed(None)
