@@ -7,7 +7,7 @@ program. To behave the same, :meth:`OneProgram.share` (called by every strategy'
 Python's ``random``, NumPy's global generator and torch's default generator (CPU, and the replica's CUDA device)
 on every replica to replica 0's states: unseeded ``np.random.permutation``, ``train_test_split`` without
 ``random_state``, ``torch.rand`` datasets or ``random.shuffle`` *after* the strategy's construction give the same
-result on every replica. When TensorFlow is imported and its global seed is not set, it is set to one value drawn
+result on every replica. When TensorFlow is imported and its global seed is not set, it is set to one value derived
 from that shared state (``tf.random.set_seed``), so an unseeded ``tf.data`` ``shuffle`` or ``tf.random`` op in the
 pipeline gives the same order on every replica, as ``tf.distribute``'s one pipeline does; a seed the user set is
 kept.
