@@ -58,12 +58,12 @@ def install_replica_excepthook(rank: int, error_dir: str | None) -> None:
         interrupted = issubclass(exc_type, KeyboardInterrupt)
         text = f"KeyboardInterrupt ({SIGINT_WORDS})\n" if interrupted else \
             "".join(traceback.format_exception(exc_type, exc, tb))
+        if not interrupted:  # a Ctrl-C reaches every replica: replica 0 alone reports it, not N tracebacks
+            previous(exc_type, exc, tb)  # first: once the error file exists the supervisor may stop this replica
         try:
             error_file(error_dir, rank).write_text(text)
         except OSError:
             pass
-        if not interrupted:  # a Ctrl-C reaches every replica: replica 0 alone reports it, not N tracebacks
-            previous(exc_type, exc, tb)
 
     sys.excepthook = hook
 
