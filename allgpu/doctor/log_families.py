@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-I = re.IGNORECASE
+from allgpu.doctor.log_patterns import I, Pattern
+
 # The weight of a family sign: enough to name a cause alone (the verdict's threshold is 0.6), less than a known
 # message. Generic signs (any "out of memory", a driver "not found") rank below specific ones when both appear.
 SPECIFIC, GENERIC = 0.65, 0.6
@@ -45,23 +46,12 @@ def library_cause(lib: str) -> tuple[str | None, float]:
     return None, 0.0
 
 
-@dataclass(frozen=True)
-class Sign:
-    """One sign of a cause family: ``kind`` is ``""`` (the match names ``cause``), ``"library"`` (group 1 is a
-    library name, judged by :func:`library_cause`) or ``"status"`` (groups 1-2: a math library and its status)."""
-
-    id: str
-    cause: str
-    regex: re.Pattern[str]
-    weight: float
-    what: str
-    kind: str = ""
-    also: tuple[str, ...] = ()
-
-
 def _s(sid: str, cause: str, regex: str, weight: float, what: str, kind: str = "", also: tuple[str, ...] = (),
-       flags: int = I) -> Sign:
-    return Sign(sid, cause, re.compile(regex, flags), weight, what, kind, also)
+       flags: int = I) -> Pattern:
+    """A family sign, as a :class:`~allgpu.doctor.log_patterns.Pattern`: ``kind`` ``""`` (the match names ``cause``),
+    ``"library"`` (group 1 is a library name, judged by :func:`library_cause`) or ``"status"`` (groups 1-4: a math
+    library and its status, by number or by name)."""
+    return Pattern(sid, re.compile(regex, flags), cause, weight, kind, what, also)
 
 
 _LIB = r"((?:lib)?[\w+.-]*?(?:\.so(?:\.[\d.]+)?|\.dll))\b"
@@ -69,7 +59,7 @@ _FAILS = (r"(?:cannot open|can't open|could not (?:be )?(?:open|load|find|found|
           r"find)|cannot (?:find|load|locate)|not found|no such file|failed to (?:load|open|find|locate|dlopen)|"
           r"unable to (?:load|open|find|locate)|is missing|missing)")
 
-FAMILIES: tuple[Sign, ...] = (
+FAMILIES: tuple[Pattern, ...] = (
     # --- the GPU's architecture is not in the build ---------------------------------------------------------------
     _s("arch-words", "unsupported-compute-capability",
        r"\bcompiled for: ?\d{2,3}\b|no device code compatible with CUDA arch|not compiled with any CUDA arch|"
@@ -204,7 +194,7 @@ def _status_cause(m: re.Match[str]) -> tuple[str, tuple[str, ...], str] | None:
     return causes[0], causes[1:], f"{lib} status {name}"
 
 
-def _judge(sign: Sign, m: re.Match[str]) -> tuple[str, tuple[str, ...], str] | None:
+def _judge(sign: Pattern, m: re.Match[str]) -> tuple[str, tuple[str, ...], str] | None:
     """``(cause, also, detail)`` for a match, or None when the match names no cause (a library unrelated to CUDA)."""
     if sign.kind == "library":
         cause, _ = library_cause(m.group(1))

@@ -32,7 +32,8 @@ class Pattern:
         kind: how the reader treats it beyond the cause: ``""`` (plain), ``"library"`` (group 1 is a library
             name), ``"jax-backend"`` (group 1 is JAX's reason), ``"torch-oom"``, ``"tf-free-memory"``,
             ``"cvd"`` (group 1 is a CUDA_VISIBLE_DEVICES value), ``"no-device"``, and for facts
-            ``"present"``, ``"registered"``, ``"strategy"``, ``"jax-devices"``, ``"nccl-ranks"``, ``"skipped"``.
+            ``"present"``, ``"registered"``, ``"strategy"``, ``"jax-devices"``, ``"nccl-ranks"``, ``"skipped"``;
+            the fallback's family signs (:mod:`allgpu.doctor.log_families`) also use ``"status"``.
         what: what the message means, one line.
         also: other causes public threads settled the same message as, most frequent first: the verdict names
             them after ``cause`` as candidates when nothing else in the log decides between them.

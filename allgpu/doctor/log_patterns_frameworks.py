@@ -28,10 +28,11 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
     _p("paddle-no-gpu", r"Cannot use GPU because there is no GPU detected on your machine", None, 0,
        "PaddlePaddle's GPU build counts no GPU", "zero-devices"),
     _p("mxnet-cpu-only", r"Compile with USE_CUDA=1 to enable GPU usage", "cpu-build", 1.0,
-       "MXNet is a CPU build (mxnet, not mxnet-cuXXX)"),
+       "MXNet is a CPU build (mxnet, not mxnet-cu<version>)"),
     _p("caffe-cpu-only", r"Cannot use GPU in CPU-only Caffe|CPU-only Mode", "cpu-build", 1.0,
        "Caffe was built with CPU_ONLY"),
-    # C++/CUDA extension ops (maskrcnn-benchmark, detectron2, Deformable-DETR's make.sh) built while no CUDA
+    # C++/CUDA extension ops (maskrcnn-benchmark, detectron2, Deformable-DETR's make.sh, whose message misspells
+    # "availabel") built while no CUDA
     # toolkit was found (CUDA_HOME unset): settled as the toolkit missing at build time.
     _p("extension-without-cuda", r"Not compiled with GPU support|NotImplementedError: Cuda is not availab(?:le|el)",
        "missing-cuda-libs", 0.8, "a CUDA extension was built without the CUDA toolkit (CUDA_HOME unset when it "

@@ -108,7 +108,7 @@ class Setting:
         gpu_arch: ``(architecture, first CUDA with kernels for it, the name as printed)`` of the newest GPU the log
             names (Ampere or later), or None.
         cpu_packages: CPU-only packages the log names (``tensorflow-cpu``, ``paddlepaddle`` without
-            ``paddlepaddle-gpu``, ``onnxruntime`` without ``onnxruntime-gpu``, ``mxnet`` without ``mxnet-cuXXX``).
+            ``paddlepaddle-gpu``, ``onnxruntime`` without ``onnxruntime-gpu``, ``mxnet`` without ``mxnet-cu<version>``).
         other_cuda: ``(CUDA version, the name as printed)`` a JAX, PaddlePaddle or MXNet build names, or None.
         both_flavours: packages whose CPU and GPU flavours are both listed as installed (``onnxruntime``).
         container: the log shows the run inside a container (docker commands, a container-id prompt, kubectl).
