@@ -166,6 +166,9 @@ _STATUS_CAUSES = {
     "INTERNAL_ERROR": ("cuda-version-mismatch", "unsupported-compute-capability", "memory-held"),
     "NOT_SUPPORTED": ("cuda-version-mismatch", "unsupported-compute-capability"),
     "SETUP_FAILED": ("cuda-version-mismatch", "memory-held"),
+    # cuDNN rejecting a descriptor its version does not know (Caffe, MatConvNet, Paddle threads: cuDNN 5 -> 6, 7.4 ->
+    # 7.6); a framework's own bug is the other kind, and is not a cause of an idle GPU.
+    "BAD_PARAM": ("cuda-version-mismatch",),
 }
 
 

@@ -119,7 +119,7 @@ SETUP_PATTERNS: tuple[Pattern, ...] = (
        None, 0, "the framework reports no usable GPU", "unavailable-flag"),
     _p("gpu-unavailable-text", r"\b(?:CUDA|GPU)s? (?:is |are )?not available\b|\bNum(?:ber of)? GPUs?(?: Available)?"
        r"\s*[:=]\s*0\b|\bNo GPUs? (?:found|available|detected|devices? (?:found|available))|\bcuda available\W*"
-       r"False\b|\bGPU available\W{1,3}False\b|list_physical_devices\(['\"]GPU['\"]\)\)?\s*\W{0,4}\[\]", None, 0,
+       r"(?:False|No)\b|\bGPU available\W{1,3}False\b|list_physical_devices\(['\"]GPU['\"]\)\)?\s*\W{0,4}\[\]", None, 0,
        "the framework reports no usable GPU", "unavailable-text", flags=I),
     _p("tf-device-list-cpu", r"device_type: \"CPU\"|device_type='CPU'", None, 0,
        "TensorFlow lists a CPU device (no GPU unless one is listed too)", "device-list"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from allgpu.doctor.log_blocks import EnvBlocks, read_blocks
 from allgpu.doctor.log_facts import LogFacts, read_facts
 from allgpu.doctor.log_families import FamilyHit, library_cause, read_families
 from allgpu.doctor.log_patterns import PATTERNS, PREFIX, Pattern
@@ -66,6 +67,8 @@ class LogReading:
         tail: the last few non-blank lines, ``(line, text)``: where a run that hangs stops.
         families: the signs of cause families (:mod:`allgpu.doctor.log_families`), the fallback the verdict uses
             when no known message names a cause.
+        blocks: the environment blocks (collect_env, package lists, ONNX Runtime's providers;
+            :mod:`allgpu.doctor.log_blocks`), read for the same fallback and shown whatever the verdict.
     """
 
     lines: int = 0
@@ -83,6 +86,7 @@ class LogReading:
     throughput: Throughput = field(default_factory=Throughput)
     tail: list[tuple[int, str]] = field(default_factory=list)
     families: list[FamilyHit] = field(default_factory=list)
+    blocks: EnvBlocks = field(default_factory=EnvBlocks)
 
     def causes(self) -> list[LogHit]:
         """Hits that point at a cause (weight > 0)."""
@@ -291,5 +295,6 @@ def read_log(text: str) -> LogReading:
                 reading.frameworks.add(fw)
     reading.frameworks |= reading.setting.frameworks
     reading.families = read_families(lines, frozenset(h.line for h in reading.hits))
+    reading.blocks = read_blocks(lines)
     reading.tail = [(n + 1, ln.strip()[:240]) for n, ln in enumerate(lines) if ln.strip()][-TAIL:]
     return reading

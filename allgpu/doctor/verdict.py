@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from allgpu.doctor.causes import CAUSES
+from allgpu.doctor.log_blocks import block_evidence, block_notes
 from allgpu.doctor.log_evidence import setting_evidence
 from allgpu.doctor.log_facts import INPUT_SHARE, fact_notes
 from allgpu.doctor.log_reader import ALL_PATTERNS, LogHit, LogReading
@@ -231,7 +232,7 @@ def _log_notes(log: LogReading) -> list[str]:
     if log.strategy_replicas is not None:
         notes.append(f"The strategy runs {log.strategy_replicas} replica(s)"
                      + (f", {log.strategy_gpus} on GPUs." if log.strategy_gpus is not None else "."))
-    return notes + setting_notes(log.setting) + fact_notes(log.facts)
+    return notes + setting_notes(log.setting) + fact_notes(log.facts) + block_notes(log.blocks)
 
 
 def _all_used(present: int | None, registered: int | None, used: int | None) -> bool:
@@ -260,6 +261,19 @@ def _family_findings(log: LogReading) -> list[Problem]:
     return _findings(scores, {cause: FAMILY_NOTE for cause in scores.weights})
 
 
+BLOCK_NOTE = ("Read from the environment the log shows (collect_env, a package list, ONNX Runtime's providers), not "
+              "from a message: lower confidence; check the evidence.")
+
+
+def _block_findings(log: LogReading) -> list[Problem]:
+    """The fallback's first step when no known message names a cause: the settings the log's environment blocks
+    state (:mod:`allgpu.doctor.log_blocks`), marked as of lower confidence."""
+    scores = _Scores()
+    for cause, weight, source, text, also in block_evidence(log.blocks, bool(log.registered)):
+        scores.add(cause, weight, source, text, also)
+    return _findings(scores, {cause: BLOCK_NOTE for cause in scores.weights})
+
+
 def verdict_from_log(log: LogReading) -> Verdict:
     """The verdict for a log alone (``allgpu doctor --log FILE``).
 
@@ -270,7 +284,7 @@ def verdict_from_log(log: LogReading) -> Verdict:
     present, registered, used = _log_devices(log)
     findings = _findings(scores, _details(log))
     if not findings:
-        findings = _family_findings(log)
+        findings = _block_findings(log) or _family_findings(log)
     if not findings and _all_used(present, registered, used):
         findings = [Problem("multi-gpu-ok", "info",
                             f"The log shows {registered} GPU(s) registered"
