@@ -119,8 +119,17 @@ def test_package_lines_are_read_only_for_gpu_relevant_names():
     # TensorFlow's empty GPU list on native Windows with TensorFlow 2.15
     ("C:\\Users\\me> python -c \"import tensorflow as tf; print(tf.config.list_physical_devices('GPU'))\"\n[]\n"
      "C:\\Users\\me> pip list\ntensorflow 2.15.0\n", "cpu-build"),
+    # the same asked in a REPL: the version and the empty list on the lines after the calls
+    ("C:\\Users\\me> python\n>>> import tensorflow as tf\n>>> tf.__version__\n'2.15.0'\n"
+     ">>> tf.config.list_physical_devices('GPU')\n[]\n", "cpu-build"),
     # cuDNN rejecting a descriptor: settled in threads as a cuDNN too old for the code
     ("Error using vl_nnconv\ncuDNN error at nnconv_cudnn.cu:120 (CUDNN_STATUS_BAD_PARAM)\n", "cuda-version-mismatch"),
 ])
 def test_settings_read_beside_the_blocks(text, cause):
     assert verdict(text).cause_ids[:1] == (cause,), verdict(text).to_dict()
+
+
+def test_a_repl_that_lists_a_gpu_is_not_read_as_none():
+    text = (">>> tf.config.list_physical_devices('GPU')\n"
+            "[PhysicalDevice(name='/physical_device:GPU:0', device_type='GPU')]\n")
+    assert not any(h.pattern == "gpu-unavailable-flag" for h in read_log(text).hits)

@@ -100,8 +100,8 @@ def _unavailable(log: LogReading) -> list[Evidence]:
     if not log.registered and not any(h.pattern == "tf-device-list-gpu" for h in log.hits):
         # a device list with no GPU in it (TensorFlow's, or JAX's [CpuDevice(id=0)])
         hits += [h for h in log.hits if h.pattern in ("tf-device-list-cpu", "jax-devices")][:1]
-    if not hits:
-        return []
+    if not hits or any(h.cause and h.weight >= 1.0 for h in log.hits):
+        return []  # none, or a message in the same log already settles why no GPU is available
     frameworks = {_framework_of(h, log) for h in hits}
     order, why = _unavailable_candidates(frameworks, log)
     hit = hits[0]

@@ -28,6 +28,9 @@ _VERSION_RES = (
     ("jax", re.compile(r"(?<![A-Za-z0-9_])jax(?:lib)?(?: version)?\s*[:=]{0,2}\s*v?"
                        r"(\d+\.\d+\.\d+(?:\+[\w.]+)?)", re.I)),
 )
+# A REPL's or notebook's answer to `tf.__version__` / `torch.__version__` on the next line ("'2.15.0'", "Out[2]: ...").
+_VERSION_ASKED = re.compile(r"\b(tf|tensorflow|torch|jax)\.__version__\)?\s*$")
+_VERSION_ANSWER = re.compile(r"^(?:Out\[\d+\]:\s*)?['\"]?(\d+\.\d+(?:\.\d+)?(?:\+\w+)?)['\"]?\s*$")
 _SMI_HEADER = re.compile(r"NVIDIA-SMI ([\d.]+)\s+Driver Version: ([\d.]+)(?:\s+CUDA Version: ([\d.]+))?")
 _DRIVER = re.compile(r"\b(?:NVIDIA )?driver(?: version)?\s*[:=]?\s*v?(\d{3}\.\d{1,3}(?:\.\d+)?)\b", re.I)
 _SMI_NAME = re.compile(r"^\|\s+(\d+)\s+((?:NVIDIA|Tesla|GeForce|Quadro|TITAN|RTX|GRID)[^|]*?)\s{2,}")
@@ -146,6 +149,10 @@ def read_facts(lines: list[str]) -> LogFacts:
                 facts.smi_processes = (facts.smi_processes or 0) + 1
                 continue
         _versions(facts, line)
+        asked = _VERSION_ASKED.search(line)
+        answer = _VERSION_ANSWER.match(lines[number].strip()) if asked and number < len(lines) else None
+        if answer:
+            facts.versions.setdefault({"tf": "tensorflow"}.get(asked.group(1), asked.group(1)), answer.group(1))
         _gpu_names(facts, line, smi_index)
         mem = _SMI_MEM.search(line)
         if mem and smi_index[0] >= 0:

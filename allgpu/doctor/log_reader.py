@@ -208,7 +208,7 @@ def _facts(reading: LogReading, pat: Pattern, m: re.Match[str]) -> None:
 
 
 # What a REPL or notebook (Python's or R's) prints for a call: a bare value, maybe after "Out[3]:" or ">>>" lines.
-_ANSWER = re.compile(r"^(?:Out\[\d+\]:\s*|\[1\]\s*)?(False|True|None|\d+)\s*$", re.I)  # R prints "[1] FALSE"
+_ANSWER = re.compile(r"^(?:Out\[\d+\]:\s*|\[1\]\s*)?(False|True|None|\d+|\[\])\s*$", re.I)  # R prints "[1] FALSE"
 
 
 def _answer(lines: list[str], i: int) -> str:
@@ -243,7 +243,7 @@ def _hit(pat: Pattern, m: re.Match[str], text: str, lines: list[str], i: int, re
         return ("single-device-strategy", 1.0) if len(reading.registered) >= 2 else None
     if kind == "unavailable-flag":
         follow = m.group(1) or _answer(lines, i)
-        return ("", 0.0) if follow.lower().startswith("false") else None
+        return ("", 0.0) if follow.lower().startswith("false") or follow == "[]" else None
     if kind == "count-flag":
         follow = m.group(1) or m.group(2) or _answer(lines, i)
         return ("", 0.0) if follow == "0" else None
