@@ -429,6 +429,31 @@ def test_a_script_choosing_its_keras_backend_is_left_to_it():
     assert not migrate_source(source).changed
 
 
+@pytest.mark.parametrize("choice", ['os.environ["KERAS_BACKEND"] = "tensorflow"',
+                                    "os.environ.setdefault('KERAS_BACKEND', 'jax')"])
+def test_a_distributing_script_choosing_another_keras_backend_gets_torch(choice):
+    """Keras' own guide to multi-GPU training with TensorFlow opens with KERAS_BACKEND = "tensorflow": left as it
+    was, the migrated script stopped at its first model (allgpu distributes Keras on PyTorch only), while migrate
+    said everything had been converted."""
+    m = _migrate(f"""\
+        import os
+        {choice}
+        import tensorflow as tf
+        import keras
+        strategy = tf.distribute.MirroredStrategy()
+        """)
+    assert ("KERAS_BACKEND\"] = \"torch\"" in m.result or "'KERAS_BACKEND', 'torch'" in m.result) and m.complete
+    assert [line for line, msg in _kinds(m, CHANGED) if "KERAS_BACKEND" in msg] == [2]
+    assert m.result.count("KERAS_BACKEND") == 1  # not set a second time
+    computed = _migrate("""\
+        import os
+        os.environ["KERAS_BACKEND"] = backend_name
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        """)
+    assert [line for line, msg in _kinds(computed, NOT_CONVERTED) if "KERAS_BACKEND" in msg] == [2]
+
+
 def test_reset_states_renamed_on_metrics_and_rnn_layers_reported_elsewhere():
     m = _migrate("""\
         import tensorflow as tf

@@ -10,7 +10,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from allgpu.errors import MigrateInputError
-from allgpu.migrate import header, names, reset_states
+from allgpu.migrate import backend, header, names, reset_states
 from allgpu.migrate.cst import tensorflow_aliases
 from allgpu.migrate.notes import LINT, NOT_CONVERTED, Migration, Note
 from allgpu.migrate.rename import Rename, script_facts
@@ -63,6 +63,7 @@ def migrate_source(source: str, path: str = "script.py", *, lint: bool = True) -
         raise MigrateInputError(f"{path}:{exc.raw_line}: not valid Python, nothing migrated: {exc.message}") from None
     aliases = tensorflow_aliases(module)
     found = strategies(module, aliases)
+    module, chosen = backend.to_torch(module) if found else (module, [])
     only = next(((name, lines[0]) for name, lines in found.items() if len(lines) == 1), None) \
         if len(found) == 1 else None
     rename = Rename(aliases, _names_used(module), only, distributed=bool(found))
@@ -73,7 +74,7 @@ def migrate_source(source: str, path: str = "script.py", *, lint: bool = True) -
     migrated, imports = header.finish(migrated, aliases, _tf_import_line(source), source)
     left = [Note(line, NOT_CONVERTED, f"{_spelling(q, aliases)}: {names.why_not(q)}")
             for q, line in _first_per_line(rename.leftovers)]
-    notes = sorted([*rename.notes, *fixes, *imports, *left], key=lambda n: n.line)
+    notes = sorted([*chosen, *rename.notes, *fixes, *imports, *left], key=lambda n: n.line)
     result = migrated.code
     if lint and result != source:
         notes += _lint(result, path)
