@@ -1,6 +1,7 @@
 """Gradient accumulation that steps the optimizer every k micro-steps while ``backward()`` runs on each, for
 PT006: in a training loop (``if (i + 1) % accum_steps == 0: optimizer.step()``) and in a per-batch step method
-a framework calls once per batch (ClassyVision's ``run_optimizer``)."""
+a framework calls once per batch (ClassyVision's ``run_optimizer``); the engines' variants (Accelerate, Lightning
+Fabric), and ``no_sync()`` blocks that hold the backward but not the forward."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import ast
 import re
 
 from allgpu.lint.resolve import dotted, iter_body_nodes
-from allgpu.lint.torch_train import _ACCUM
+from allgpu.lint.torch_train import _ACCUM, micro_step_backwards
 
 _ACCUM_TEST = re.compile(r"accum|micro|update|sync")
 
@@ -125,3 +126,73 @@ def _under_modulo_test(mod, node: ast.AST, fn: ast.AST) -> bool:
                 isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(n)) for n in ast.walk(anc.test)):
             return True
     return False
+
+
+_FABRIC = ("lightning.fabric.Fabric", "lightning.Fabric", "lightning_fabric.Fabric", "lightning.fabric.fabric.Fabric")
+
+
+def engine_accumulation(ctx, backward, does) -> bool:
+    """PT006 for scripts an engine distributes: Accelerate syncs every ``accelerator.backward`` unless inside
+    ``with accelerator.accumulate(model):`` (or no_sync); Lightning Fabric syncs every ``fabric.backward``
+    unless inside ``with fabric.no_backward_sync(model):`` (alphafold3-pytorch's trainer). Emits the
+    findings; True when the file is such a script (the DDP checks do not apply to it)."""
+    mod = ctx.mod
+    if mod.is_imported("accelerate"):
+        if "accumulate" not in mod.attrs:
+            for back in micro_step_backwards(mod, ctx.facts, backward) or stepped_every_k(ctx, does)[:1]:
+                ctx.emit("PT006", back, "accumulating gradients over micro-steps under Accelerate without "
+                                        "`with accelerator.accumulate(model):` (or no_sync): every micro-step all-reduces")
+        return True
+    if any(qn in _FABRIC for _, qn in mod.calls):
+        if "no_backward_sync" not in mod.attrs:
+            for back in micro_step_backwards(mod, ctx.facts, backward) or stepped_every_k(ctx, does)[:1]:
+                ctx.emit("PT006", back, "accumulating gradients over micro-steps under Lightning Fabric without "
+                                        "`with fabric.no_backward_sync(model, enabled=...):`: every micro-step all-reduces")
+        return True
+    return False
+
+
+def _no_sync_item(mod, expr: ast.expr) -> bool:
+    """``model.no_sync()``, or a name bound to one (``ctx = model.no_sync() if not step else nullcontext()``)."""
+    values = [expr] if isinstance(expr, ast.Call) else mod.values_of(expr) if isinstance(expr, ast.Name) else []
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "no_sync"
+               for v in values for n in ast.walk(v))
+
+
+def _backward_only(facts, stmts: list) -> list[ast.Call]:
+    """The backward calls of ``stmts`` when the statements do nothing else (no assignment, no other call: the loss
+    was computed before them); else []."""
+    out = []
+    for st in stmts:
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and "backward" in facts.call_features(st.value):
+            out.append(st.value)
+        elif isinstance(st, ast.If):
+            inner = [_backward_only(facts, part) if part else [] for part in (st.body, st.orelse)]
+            if any(part and not found for part, found in zip((st.body, st.orelse), inner)):
+                return []
+            out += inner[0] + inner[1]
+        elif isinstance(st, ast.With):  # ``with amp.scale_loss(loss, opt) as scaled: scaled.backward()``
+            found = _backward_only(facts, st.body)
+            if not found:
+                return []
+            out += found
+        elif not isinstance(st, ast.Pass):
+            return []
+    return out
+
+
+def no_sync_around_backward_only(ctx) -> list[ast.Call]:
+    """Backward calls inside ``with model.no_sync():`` blocks that hold only the backward: DDP decides in the
+    forward whether the coming backward all-reduces, so a forward run outside the block syncs anyway (ClassyVision's
+    ``run_optimizer``, fixed by moving no_sync around forward and backward). Files that wrap with
+    DistributedDataParallel (or a project helper named for it) and not FSDP (whose no_sync acts in the backward)."""
+    mod = ctx.mod
+    names = {(qn or "").rsplit(".", 1)[-1] for _, qn in mod.calls}
+    if "no_sync" not in mod.attrs or not (ctx.torch.wrapped or ctx.torch.helper_wrapped) or names & {
+            "FullyShardedDataParallel", "fully_shard", "FSDP"}:
+        return []
+    out = []
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.With) and any(_no_sync_item(mod, it.context_expr) for it in node.items):
+            out += _backward_only(ctx.facts, node.body)[:1]
+    return out

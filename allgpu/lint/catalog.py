@@ -160,11 +160,13 @@ _R = [
          "all-reduces instead of one. Also found when backward() runs inside a loss-scaler wrapper that steps\n"
          "on a flag (`loss_scaler(loss, opt, update_grad=(i + 1) % k == 0)`, the timm/MAE/Swin convention), and\n"
          "for a micro-step loop (`for _ in range(grad_accum_every): ... backward()`, the step after it) under\n"
-         "DDP or Accelerate (there: without `with accelerator.accumulate(model):`), also when the optimizer\n"
-         "steps every k micro-steps through a trainer's own methods, or in a per-batch step method\n"
-         "(`loss.backward()`, then `if idx % k == k - 1: optimizer.step()`) a framework calls each batch.\n"
+         "DDP, Accelerate (there: without `with accelerator.accumulate(model):`) or Lightning Fabric (without\n"
+         "`with fabric.no_backward_sync(model, enabled=...):`), also when the optimizer steps every k\n"
+         "micro-steps through a trainer's own methods, or in a per-batch step method (`loss.backward()`,\n"
+         "then `if idx % k == k - 1: optimizer.step()`) a framework calls each batch; and when no_sync()\n"
+         "holds the backward but not the forward (DDP arms the all-reduce in the forward).\n"
          "Fix:\n    ctx = model.no_sync() if (i + 1) % k else contextlib.nullcontext()\n"
-         "    with ctx:\n        loss.backward()"),
+         "    with ctx:\n        loss = loss_fn(model(x), y)\n        loss.backward()"),
     Rule("PT007", "warning", "save-on-every-rank",
          "torch.save not guarded by a rank check: every rank writes the same file",
          "Every process runs the same script; unguarded, N processes write one checkpoint path at once and\n"
@@ -284,7 +286,7 @@ _FIX = {
     "PT003": "`DataLoader(dataset, sampler=DistributedSampler(dataset), ...)` (and no shuffle=True)",
     "PT004": "call `sampler.set_epoch(epoch)` at the start of every epoch",
     "PT005": "`DataLoader(..., num_workers=4, pin_memory=True, persistent_workers=True)`",
-    "PT006": "wrap the backward of the non-final micro-steps in `with model.no_sync():`",
+    "PT006": "run the forward and backward of the non-final micro-steps in `with model.no_sync():`",
     "PT007": "save under `if dist.get_rank() == 0:` (the global rank)",
     "PT008": "`model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping in DDP",
     "PT009": "`model = DistributedDataParallel(model.to(local_rank), device_ids=[local_rank])`",

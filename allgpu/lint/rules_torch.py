@@ -10,7 +10,7 @@ import ast
 import re
 
 from allgpu.lint import bn_models, tfdata, torch_train
-from allgpu.lint.accumulation import stepped_every_k
+from allgpu.lint.accumulation import engine_accumulation, no_sync_around_backward_only, stepped_every_k
 from allgpu.lint.helper_loaders import loaders_used_under_ddp, unsharded_loader_helpers
 from allgpu.lint.helper_saves import object_saves
 from allgpu.lint.rank_guard import calls_collective, guarded, node_guarded, rankish
@@ -86,25 +86,10 @@ def check_pt001(ctx) -> None:
                                     "use DistributedDataParallel")
 
 
-def _sampler_kind(mod, node: ast.expr | None, depth: int = 0) -> str | None:
-    """``"distributed"``, ``"local"`` (a non-distributed sampler) or None (unknown)."""
-    values = [node] if isinstance(node, ast.Call) else mod.values_of(node)
-    kinds = set()
-    for v in values:
-        qn = mod.qualname(v.func) if isinstance(v, ast.Call) else None
-        if qn and qn.endswith("BatchSampler") and v.args and depth < 3:
-            # ``BatchSampler(DistributedSampler(ds), B, drop_last=True)`` (DETR): the inner sampler decides
-            kind = _sampler_kind(mod, v.args[0], depth + 1)
-            if kind is None:
-                return None
-            kinds.add(kind)
-        elif qn and qn.endswith("DistributedSampler"):
-            kinds.add("distributed")
-        elif qn and qn.startswith("torch.utils.data.") and qn.endswith("Sampler"):
-            kinds.add("local")
-        else:
-            return None
-    return "local" if kinds == {"local"} else ("distributed" if kinds else None)
+def _trained(ctx, call: ast.Call) -> bool:
+    """The loader ``call`` builds is iterated by a training loop (here or in a local function it is passed to)."""
+    parent = ctx.mod.parent.get(id(call))
+    return isinstance(parent, ast.Assign) and any(dotted(t) and _trains_over(ctx, dotted(t)) for t in parent.targets)
 
 
 def _loops_over(ctx) -> dict[str, list]:
@@ -163,7 +148,8 @@ def _find_trains_over(ctx, name: str, depth: int) -> bool:
 
 def check_pt003(ctx) -> None:
     mod = ctx.mod
-    if not ctx.torch.wrapped:
+    # apex's DistributedDataParallel runs one process per GPU too (NVIDIA's BERT, a0310)
+    if not (ctx.torch.wrapped or any(qn == "apex.parallel.DistributedDataParallel" for _, qn in mod.calls)):
         for call, user in loaders_used_under_ddp(mod, TorchFacts):
             ctx.emit("PT003", call, f"DataLoader without a DistributedSampler, used by {user}, which trains "
                                     "under DDP: every rank reads the whole dataset")
@@ -177,8 +163,12 @@ def check_pt003(ctx) -> None:
         sampler = sampler or batch_sampler or (call.args[3] if len(call.args) > 3 else None)
         if isinstance(sampler, ast.Constant) and sampler.value is None:
             sampler = None  # ``sampler=None`` is no sampler at all
-        if sampler is not None:
-            if _sampler_kind(mod, sampler) == "local":
+        if sampler is not None:  # a sequential one on one rank (prediction under is_main_process()) or on a
+            # dataset cut by rank (``data[chunk * rank:...]``) duplicates nothing
+            ds = call.args[0] if call.args else kwarg(call, "dataset")
+            if torch_train.sampler_kind(mod, sampler) == "local" and (
+                    torch_train.random_sampler(mod, sampler) or _trained(ctx, call)
+                    or not (guarded(mod, call) or torch_train.shards_by_rank(mod, ds))):
                 ctx.emit("PT003", call, "DataLoader under DDP with a non-distributed sampler: ranks see the same data")
             continue
         ds = call.args[0] if call.args else kwarg(call, "dataset")
@@ -202,11 +192,7 @@ def check_pt003(ctx) -> None:
 
 
 def _check_pt003_helpers(ctx) -> None:
-    def trained(call):
-        st = ctx.mod.parent.get(id(call))
-        return isinstance(st, ast.Assign) and any(_trains_over(ctx, dotted(t)) for t in st.targets if dotted(t))
-
-    for call, fn in unsharded_loader_helpers(ctx.mod, trained):
+    for call, fn in unsharded_loader_helpers(ctx.mod, lambda c: _trained(ctx, c)):
         ctx.emit("PT003", call, f"`{fn.name}()` (another module of the project) returns a shuffled DataLoader without "
                                 "a DistributedSampler, used here under DDP: every rank reads the whole dataset")
 
@@ -266,16 +252,14 @@ def _does_backward(mod, facts, call: ast.Call) -> bool:
 
 def check_pt006(ctx) -> None:
     mod, facts = ctx.mod, ctx.facts
+    for back in no_sync_around_backward_only(ctx):
+        ctx.emit("PT006", back, "model.no_sync() covers the backward but not the forward: DDP arms its all-reduce in "
+                                "the forward, so every micro-step still syncs; run forward and backward inside no_sync()")
     if {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys():
         return
     backward = lambda c: _does_backward(mod, facts, c)  # noqa: E731
     does = lambda c, feature: _does(mod, facts, c, feature)  # noqa: E731
-    if mod.is_imported("accelerate"):  # Accelerate syncs every backward unless accelerator.accumulate(model)
-        if "accumulate" not in mod.attrs:
-            found = torch_train.micro_step_backwards(mod, facts, backward) or stepped_every_k(ctx, does)[:1]
-            for back in found:
-                ctx.emit("PT006", back, "accumulating gradients over micro-steps under Accelerate without "
-                                        "`with accelerator.accumulate(model):` (or no_sync): every micro-step all-reduces")
+    if engine_accumulation(ctx, backward, does):  # Accelerate, Lightning Fabric
         return
     aware = torch_train.distributed_aware(mod)
     wrapped = ctx.torch.wrapped or (ctx.torch.helper_wrapped and aware)  # ``smart_DDP(model)`` in a dist script

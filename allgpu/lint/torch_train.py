@@ -258,6 +258,39 @@ def shards_by_rank(mod, ds: ast.expr | None) -> bool:
         return any(rankish(a) for a in list(ds.args) + [k.value for k in ds.keywords])
     key = dotted(ds)
     cache = mod.__dict__.setdefault("_shards_by_rank", {})
-    if key not in cache:
-        cache[key] = any(isinstance(v, ast.Call) and shards_by_rank(mod, v) for v in mod.values_of(ds))
+    if key not in cache:  # ``data = data[chunk * rank:chunk * (rank + 1)]`` cuts it too
+        cache[key] = any(isinstance(v, ast.Call) and shards_by_rank(mod, v) or isinstance(v, ast.Subscript) and any(
+            rankish(n) for n in ast.walk(v.slice)) for v in mod.values_of(ds))
     return cache[key]
+
+
+def sampler_kind(mod, node: ast.expr | None, depth: int = 0) -> str | None:
+    """``"distributed"``, ``"local"`` (a non-distributed sampler) or None (unknown)."""
+    values = [node] if isinstance(node, ast.Call) else mod.values_of(node)
+    kinds = set()
+    for v in values:
+        qn = mod.qualname(v.func) if isinstance(v, ast.Call) else None
+        if qn and qn.endswith("BatchSampler") and v.args and depth < 3:
+            # ``BatchSampler(DistributedSampler(ds), B, drop_last=True)`` (DETR): the inner sampler decides
+            kind = sampler_kind(mod, v.args[0], depth + 1)
+            if kind is None:
+                return None
+            kinds.add(kind)
+        elif qn and qn.endswith("DistributedSampler"):
+            kinds.add("distributed")
+        elif qn and qn.startswith("torch.utils.data.") and qn.endswith("Sampler"):
+            kinds.add("local")
+        else:
+            return None
+    return "local" if kinds == {"local"} else ("distributed" if kinds else None)
+
+
+def random_sampler(mod, node: ast.expr, depth: int = 0) -> bool:
+    """``node`` is (or names) a RandomSampler, WeightedRandomSampler, SubsetRandomSampler: one that shuffles;
+    also inside a BatchSampler."""
+    values = [node] if isinstance(node, ast.Call) else mod.values_of(node)
+    for v in values:
+        qn = (mod.qualname(v.func) or "") if isinstance(v, ast.Call) else ""
+        if "Random" in qn or qn.endswith("BatchSampler") and v.args and depth < 3 and random_sampler(mod, v.args[0], depth + 1):
+            return True
+    return False
