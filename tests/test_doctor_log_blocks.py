@@ -51,6 +51,10 @@ def collect_env(version: str, build: str, available: str, driver: str, gpus: str
     (">>> ort.get_available_providers()\n['AzureExecutionProvider', 'CPUExecutionProvider']\n", "cpu-build"),
     ("2024-01-01 10:00:00.1 [I:onnxruntime:Default, bfc_arena.cc:306 AllocateRawInternal] Extending BFCArena for Cpu. "
      "bin_num:3\n", "cpu-build"),
+    # CPU builds whose CUDA builds are other packages
+    ("paddleocr==2.9.1\npaddlepaddle==2.6.2\n", "cpu-build"),
+    ("Package        Version\nonnxruntime    1.18.0\nnumpy          1.26.4\n", "cpu-build"),
+    ("mxnet    1.9.1\n", "cpu-build"),
     # JAX without a CUDA plugin
     ("jax                 0.4.26\njaxlib              0.4.26\n", "cpu-build"),
 ])
@@ -74,6 +78,8 @@ def test_block_findings_say_they_are_read_from_the_environment():
     ">>> ort.get_available_providers()\n['CUDAExecutionProvider', 'CPUExecutionProvider']\n",
     "jax                 0.4.26\njaxlib              0.4.26\njax-cuda12-plugin   0.4.26\n",
     "tensorflow 1.15.0\n",  # the one 1.x pip `tensorflow` with GPU support
+    "paddlepaddle-gpu 2.6.2\npaddleocr 2.9.1\n",
+    "mxnet-cu112 1.9.1\n",
 ])
 def test_a_block_that_shows_a_gpu_build_invents_no_cause(text):
     v = verdict(text)
@@ -122,6 +128,11 @@ def test_package_lines_are_read_only_for_gpu_relevant_names():
     # the same asked in a REPL: the version and the empty list on the lines after the calls
     ("C:\\Users\\me> python\n>>> import tensorflow as tf\n>>> tf.__version__\n'2.15.0'\n"
      ">>> tf.config.list_physical_devices('GPU')\n[]\n", "cpu-build"),
+    # CUDA's unknown error (999) and MATLAB's missing driver library, in wordings no exact reader had
+    ("dev@box:~$ ./solver\nCUDA Failed with error code 999\n", "no-driver"),
+    ("[ERROR]: cudaErrorUnknown: unknown error\n", "no-driver"),
+    ("Error using gpuArray\nThe CUDA driver could not be loaded. The library name used was 'nvcuda.dll'.\n",
+     "no-driver"),
     # cuDNN rejecting a descriptor: settled in threads as a cuDNN too old for the code
     ("Error using vl_nnconv\ncuDNN error at nnconv_cudnn.cu:120 (CUDNN_STATUS_BAD_PARAM)\n", "cuda-version-mismatch"),
 ])

@@ -16,6 +16,8 @@ setting that does. What each block means is a fact of the tool that prints it:
 - ONNX Runtime lists ``CUDAExecutionProvider`` among its available providers whenever the installed package is a
   GPU build (availability is the build's, not the machine's): a list without it is the CPU package.
 - A ``jaxlib`` without ``+cuda`` and without a ``jax-cuda*-plugin`` beside it has no GPU backend.
+- ``paddlepaddle``, ``onnxruntime`` and ``mxnet`` are CPU builds whose CUDA builds are other packages
+  (``paddlepaddle-gpu``, ``onnxruntime-gpu``, ``mxnet-cu<version>``); ``tensorflow-cpu`` names itself.
 
 Each cause drawn here is one that public threads settle (a maintainer or answerer naming the package or build). The
 verdict uses these causes only when no known message names one, as lower-confidence findings. Pure.
@@ -192,6 +194,20 @@ def _onnxruntime_cpu(blocks: EnvBlocks) -> str | None:
     return None
 
 
+# Packages whose CUDA build is another package: the CPU one listed without its GPU flavour is a CPU-only install.
+_CPU_FLAVOURS = (("paddlepaddle", re.compile(r"paddlepaddle-gpu")), ("onnxruntime", re.compile(r"onnxruntime-gpu")),
+                 ("mxnet", re.compile(r"mxnet-cu\d+")), ("tensorflow-cpu", None))
+
+
+def _cpu_flavour(blocks: EnvBlocks) -> str | None:
+    for name, gpu in _CPU_FLAVOURS:
+        pkg = blocks.packages.get(name)
+        if pkg and not (gpu and any(gpu.fullmatch(other) for other in blocks.packages)):
+            return (f"line {pkg.line}: {name} {pkg.version} and no GPU flavour of it listed (the CUDA build is a "
+                    "separate package" + (f": {gpu.pattern.replace(chr(92) + 'd+', '<version>')})" if gpu else ")"))
+    return None
+
+
 def _jax_cpu(blocks: EnvBlocks) -> str | None:
     jaxlib = blocks.packages.get("jaxlib")
     if not jaxlib or "cuda" in jaxlib.version.lower() or "cuda" in jaxlib.build.lower():
@@ -215,7 +231,8 @@ def block_evidence(blocks: EnvBlocks, registered: bool) -> list[Evidence]:
     tf_cpu = _tensorflow_cpu(blocks)
     if tf_cpu:
         out.append(("cpu-build", WEIGHT, "env-tensorflow-cpu", tf_cpu[0], tf_cpu[1]))
-    for source, text in (("env-onnxruntime-cpu", _onnxruntime_cpu(blocks)), ("env-jax-cpu", _jax_cpu(blocks))):
+    for source, text in (("env-onnxruntime-cpu", _onnxruntime_cpu(blocks)), ("env-jax-cpu", _jax_cpu(blocks)),
+                         ("env-cpu-flavour", _cpu_flavour(blocks))):
         if text:
             out.append(("cpu-build", WEIGHT, source, text, ("missing-cuda-libs",)))
     return out

@@ -106,6 +106,13 @@ FAMILIES: tuple[Pattern, ...] = (
        r"\bcuInit\b.{0,40}(?:fail|error)|could not (?:initialize|init|load) (?:the )?(?:CUDA|NVIDIA) driver|"
        r"cudaErrorInitializationError|CUDA_ERROR_NOT_INITIALIZED|cudaErrorNoDevice\b",
        GENERIC, "no usable NVIDIA driver", also=("devices-hidden",)),
+    # CUDA's "unknown error" (driver API CUDA_ERROR_UNKNOWN and runtime cudaErrorUnknown, both 999 since CUDA 10.1):
+    # settled in threads as a driver left unusable (libraries upgraded under a loaded kernel module, a suspend, a
+    # driver that failed to load), else as a CUDA that does not fit the GPU.
+    _s("unknown-999", "no-driver",
+       r"cudaErrorUnknown|CUDA_ERROR_UNKNOWN|\bCUDA\b.{0,30}\b(?:error|code|failed)\W{0,3}(?:code\W{0,3})?999\b",
+       GENERIC, "CUDA failed with its 'unknown error' (999): the driver is not usable as loaded",
+       also=("cuda-version-mismatch",)),
     # --- a GPU index that is not there ----------------------------------------------------------------------------
     _s("index-words", "invalid-device-index",
        r"invalid device (?:ordinal|id|index|number)|\b(?:device|gpu|cuda)(?: id| index| ordinal)?[ :]\d+ (?:is )?"

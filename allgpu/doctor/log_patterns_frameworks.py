@@ -116,6 +116,9 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
        r"FIND was unable to find an engine to execute this computation", "cuda-version-mismatch", 0.6,
        "cuDNN has no engine for the call (a cuDNN that does not fit the build, or no memory left for a workspace)",
        also=("out-of-memory",)),
+    # MATLAB's Parallel Computing Toolbox (gpuDevice, gpuArray, trainNetwork) when nvcuda.dll / libcuda.so.1 is absent.
+    _p("matlab-no-driver", r"The CUDA driver could not be loaded|There is a problem with the CUDA driver or with this "
+       r"GPU device", "no-driver", 0.9, "MATLAB could not load the NVIDIA driver's CUDA library"),
     # --- containers and machines without a GPU ----------------------------------------------------------------
     _p("smi-not-found", r"nvidia-smi: (?:command )?not found|'nvidia-smi' is not recognized as an internal or "
        r"external command", "no-driver", 0.8, "nvidia-smi is missing: no driver here (or a container without GPUs)"),

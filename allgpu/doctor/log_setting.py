@@ -40,7 +40,8 @@ _FRAMEWORKS = (
 _TORCH_BUILD = re.compile(r"\b(?:torch|pytorch)\S*\s*[=:v ]{0,4}\d+\.\d+(?:\.\d+)?\+cu(\d{2,3})\b|"
                           r"CUDA used to build PyTorch: ([\d.]+)|\b\d+\.\d+\.\d+\+cu(\d{2,3})\b", re.I)
 # collect_env prints "None" (older releases "Could not collect") when torch.version.cuda is None: a CPU build.
-_TORCH_CPU = re.compile(r"\b\d+\.\d+(?:\.\d+)?\+cpu\b|CUDA used to build PyTorch: (?:None|Could not collect)|\bpy\d\.?\d+_cpu_\d\b|"
+_TORCH_CPU = re.compile(r"\b\d+\.\d+(?:\.\d+)?\+cpu\b|CUDA used to build PyTorch: (?:None|Could not collect)|"
+                        r"\bpy\d\.?\d+_cpu_\d\b|"
                         r"\bcpuonly\b", re.I)
 # Packages named with their CPU-only flavour, each with the GPU flavour that, when named too, clears it.
 _CPU_PACKAGES = (
