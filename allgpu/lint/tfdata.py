@@ -16,6 +16,7 @@ _TFDATA_METHODS = frozenset({
 _TFDATA_ROOTS = ("tensorflow.data.", "tensorflow.contrib.data.", "tensorflow_datasets.load", "keras.utils.image_dataset_from_directory",
                  "keras.preprocessing.image_dataset_from_directory", "keras.utils.text_dataset_from_directory",
                  "keras.utils.timeseries_dataset_from_array")
+_TFDS_BUILDERS = ("tensorflow_datasets.builder", "tensorflow_datasets.core.builder")
 _UNWRAP = ("enumerate", "iter", "tqdm", "islice", "tqdm.tqdm", "itertools.islice", "tqdm.auto.tqdm")
 
 
@@ -56,7 +57,7 @@ def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
         f = expr.func
         if isinstance(f, ast.Attribute) and f.attr in DISTRIBUTE_ATTRS:
             return "distributed"
-        if is_tfdata_root(mod.qualname(f)):
+        if is_tfdata_root(mod.qualname(f)) or _tfds_builder_dataset(mod, f, depth):
             return "tfdata"
         if isinstance(f, ast.Attribute) and f.attr in _TFDATA_METHODS:
             inner = classify(mod, f.value, depth + 1)
@@ -75,6 +76,15 @@ def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
             return "tfdata"
         return found
     return None
+
+
+def _tfds_builder_dataset(mod: Module, f: ast.expr, depth: int) -> bool:
+    """``builder.as_dataset(split=...)`` where ``builder`` is made by ``tfds.builder(name)`` (or the chained
+    ``tfds.builder(name).as_dataset(...)``): TensorFlow Datasets' builder returns a tf.data pipeline, as ``tfds.load``."""
+    if not isinstance(f, ast.Attribute) or f.attr != "as_dataset" or depth > 10:
+        return False
+    values = [f.value] if isinstance(f.value, ast.Call) else mod.values_of(f.value)[:8]
+    return any(isinstance(v, ast.Call) and (mod.qualname(v.func) or "").startswith(_TFDS_BUILDERS) for v in values)
 
 
 def _declared_dataset(mod: Module, name: ast.Name) -> bool:
