@@ -179,6 +179,26 @@ def test_two_strategies_with_different_counts():
         first.close()
 
 
+def test_one_replica_gives_torch_distributed_a_world_of_one_until_the_last_strategy_closes():
+    """A script ported from DDP keeps DistributedSampler(dataset) and dist.get_rank(): on one replica (plain python
+    on one device, or the one-device fallback) torch raised 'Default process group has not been initialized'."""
+    import torch.distributed as dist
+
+    first = allgpu.MirroredStrategy(num_replicas=1)
+    second = allgpu.MirroredStrategy(devices=["/cpu:0"])  # Keras' multi-GPU guide makes one per training run
+    try:
+        assert (dist.get_world_size(), dist.get_rank(), second.num_replicas_in_sync) == (1, 0, 1)
+        assert list(torch.utils.data.distributed.DistributedSampler(range(5), shuffle=False)) == [0, 1, 2, 3, 4]
+        total = torch.ones(2)
+        dist.all_reduce(total)
+        assert total.tolist() == [1.0, 1.0]
+    finally:
+        first.close()
+        assert dist.is_initialized()  # the second strategy still runs on it
+        second.close()
+    assert not dist.is_initialized()
+
+
 @pytest.mark.parametrize("config, message", [
     ("not json", "not valid JSON"),
     (json.dumps({"cluster": {"worker": ["a:1"]}}), 'no "task" field'),

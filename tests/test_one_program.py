@@ -40,8 +40,11 @@ with strategy.scope():
 history = allgpu.fit(model, optimizer, torch.nn.CrossEntropyLoss(), (x, y), epochs=2, global_batch_size=8,
                      strategy=strategy, num_workers=0, verbose=0, validation_data=(x[:13], y[:13]))
 after = torch.rand(1).item()  # per replica after the first dataset is distributed (Dropout's stream)
+# kept from a DDP script: torch.distributed asked directly works at one replica too (a world-of-one group)
+shard = list(torch.utils.data.distributed.DistributedSampler(range(40), shuffle=False))
 json.dump({"params": [p.detach().reshape(-1).tolist() for p in model.parameters()], "data": x.sum().item(),
-           "val": history.history["val_loss"], "after": after},
+           "val": history.history["val_loss"], "after": after, "shard": shard,
+           "world": torch.distributed.get_world_size(), "rank": torch.distributed.get_rank()},
           open(os.path.join(out, f"r{rank}.json"), "w"))
 """
 
@@ -57,7 +60,10 @@ def _run(tmp_path, n, mode):
 @pytest.mark.replicas
 @pytest.mark.timeout(400)
 def test_data_prepared_without_seeds_after_the_strategy_is_one_programs_on_2_and_4_replicas(tmp_path):
-    _, (one,) = _run(tmp_path, 1, "same")
+    result, ones = _run(tmp_path, 1, "same")
+    assert result.returncode == 0, result.stderr[-3000:]  # before: torch's "Default process group has not been
+    (one,) = ones                                          # initialized" from DistributedSampler at one replica
+    assert one["shard"] == list(range(40)) and (one["world"], one["rank"]) == (1, 0)
     for n in (2, 4):
         result, replicas = _run(tmp_path, n, "same")
         assert result.returncode == 0, result.stderr[-3000:]
@@ -66,6 +72,8 @@ def test_data_prepared_without_seeds_after_the_strategy_is_one_programs_on_2_and
             assert r["data"] == one["data"] and r["params"] == replicas[0]["params"]
             assert r["val"] == pytest.approx(replicas[0]["val"], rel=1e-6)
         assert len({r["after"] for r in replicas}) == n  # each replica's torch stream is its own (Dropout)
+        assert sorted(i for r in replicas for i in r["shard"]) == one["shard"]
+        assert [(r["world"], r["rank"]) for r in replicas] == [(n, k) for k in range(n)]
 
 
 @pytest.mark.replicas

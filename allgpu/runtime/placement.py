@@ -31,7 +31,7 @@ from allgpu.runtime.live import check_second
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.cluster import ClusterSpec
 from allgpu.runtime.engines import Cluster, discover, launcher
-from allgpu.runtime.process_group import init_process_group
+from allgpu.runtime.process_group import init_process_group, init_solo_group, release_solo_group, solo_group
 from allgpu.runtime.replicas import ScriptReplicas, install_replica_excepthook
 from allgpu.runtime.threads import threads_per_replica
 
@@ -53,6 +53,7 @@ class Placement:
         error_dir: where this replica leaves its traceback for the supervisor (None when none watches).
         source: who described the job: ``"torchrun"``, ``"allgpu"``, ``"TF_CONFIG"``, ``"user"`` or ``"single"``.
         fallback_reason: why a multi-device start fell back to one device, else None.
+        solo_group: a world of one placed on the default group :func:`init_solo_group` made (released at close).
     """
 
     rank: int
@@ -65,12 +66,16 @@ class Placement:
     error_dir: str | None = None
     source: str = "single"
     fallback_reason: str | None = None
+    solo_group: bool = False
 
     @classmethod
     def single(cls, device: torch.device, timeout_s: float = launch_env.DEFAULT_TIMEOUT_S, *,
-               fallback_reason: str | None = None) -> "Placement":
-        """A world of one on ``device``: no process group."""
-        return cls(0, 1, 0, 1, device, timeout_s, fallback_reason=fallback_reason)
+               fallback_reason: str | None = None, group: bool = False) -> "Placement":
+        """A world of one on ``device``; with ``group``, on a world-of-one default process group
+        (:func:`~allgpu.runtime.process_group.init_solo_group`), else with none."""
+        if group:
+            init_solo_group(device, timeout_s)
+        return cls(0, 1, 0, 1, device, timeout_s, fallback_reason=fallback_reason, solo_group=group)
 
 
 def validate_fallback(fallback: str) -> None:
@@ -103,9 +108,12 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
     engine = launcher(os.environ) or cluster or discover(tf_config=multi_worker)
     spec = engine.process if engine is not None else None
     wanted = len(resolve_replica_devices(num_replicas, devices)) if (num_replicas or devices) else None
-    if spec is not None or dist.is_initialized():  # a second strategy must not silently take another count
+    joins = dist.is_initialized() and not solo_group()  # a one-replica strategy's world of one is not a job
+    if spec is not None or joins:  # a second strategy must not silently take another count
         check_second(name, wanted, joins_group=True)
     if spec is not None:
+        if solo_group():  # a one-replica strategy made before the engine's variables were set
+            release_solo_group(force=True)
         install_replica_excepthook(spec.rank, launched.error_dir)
         device = launched_device(spec.local_rank, launched)
         # torchrun's variables name the rendezvous (under torchrun: the agent's store); an engine such as Slurm
@@ -113,7 +121,7 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
         env_init = "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ and "RANK" in os.environ
         init = "env://" if env_init else f"tcp://{spec.master_addr}:{spec.master_port}"
         return _joined(spec, device, timeout_s, backend, launched.error_dir, init_method=init)
-    if dist.is_initialized():
+    if joins:
         if wanted is not None and wanted != dist.get_world_size():
             raise StrategyStartError(
                 f"{name} asks for {wanted} replicas, but this process already belongs to a process group of "
@@ -160,7 +168,9 @@ def _start(name: str, devices: list[Device], timeout_s: float, backend: str | No
     try:
         _check_visible(devices)
         if len(devices) == 1 and first is None:
-            return Placement.single(devices[0].torch_device(), timeout_s)
+            return Placement.single(devices[0].torch_device(), timeout_s, group=True)
+        if solo_group():  # left by one-replica strategies no longer alive (check_second stops a live one)
+            release_solo_group(force=True)
         if first is None:
             first = ClusterSpec(0, len(devices), 0, len(devices), "127.0.0.1", 0, "allgpu")
         replicas = ScriptReplicas(devices, timeout_s, rank_offset=first.rank, world_size=first.world_size,
@@ -191,7 +201,7 @@ def _start(name: str, devices: list[Device], timeout_s: float, backend: str | No
             f"{name} could not start on {names}: {reason}. Continuing on one device ({one}) because "
             "fallback='one_device'; pass fallback='error' to stop instead.",
             RuntimeWarning)
-        return Placement.single(one.torch_device(), timeout_s, fallback_reason=reason)
+        return Placement.single(one.torch_device(), timeout_s, fallback_reason=reason, group=True)
 
 
 def _check_visible(devices: list[Device]) -> None:

@@ -7,7 +7,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+import atexit
+
 from allgpu.runtime.cluster import ClusterSpec
+from allgpu.runtime.gloo_drain import wait_for_gloo_workers
 from allgpu.runtime.waiting import reporting_wait
 
 
@@ -38,3 +41,40 @@ def init_process_group(spec: ClusterSpec, device: torch.device, timeout_s: float
     with reporting_wait(spec, timeout_s):  # every 30 s: whom it waits for, since when, until when
         dist.init_process_group(backend, init_method=init_method, timeout=timedelta(seconds=timeout_s), **kwargs)
     return True
+
+
+_SOLO: list = []  # [the default group this process made for one-replica strategies, how many placed on it]
+
+
+def init_solo_group(device: torch.device, timeout_s: float) -> None:
+    """A world-of-one default group for a strategy that runs one replica with no launcher (``python train.py``
+    on one device, or the one-device fallback), so what a script ported from DDP still asks of
+    ``torch.distributed`` (``DistributedSampler(dataset)``, ``dist.get_rank()``, ``dist.all_reduce``) works as under
+    ``torchrun --nproc-per-node 1`` instead of failing with "Default process group has not been initialized".
+    Strategies placed on it share it; :func:`release_solo_group` destroys it after the last one closes."""
+    if not solo_group():
+        if dist.is_initialized():
+            return
+        dist.init_process_group(default_backend(device), store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timedelta(seconds=timeout_s))
+        _SOLO[:] = [dist.group.WORLD, 0]
+        atexit.register(wait_for_gloo_workers)  # a collective a script ran on it used Gloo's threads
+    _SOLO[1] += 1
+
+
+def solo_group() -> bool:
+    """Whether the default group is the world of one :func:`init_solo_group` made (not a job's group)."""
+    return bool(_SOLO) and dist.is_initialized() and dist.group.WORLD is _SOLO[0]
+
+
+def release_solo_group(*, force: bool = False) -> None:
+    """One strategy placed on the world-of-one group left it; the last one (or ``force``: a new job is about to
+    start in this process) destroys it."""
+    if not solo_group():
+        _SOLO.clear()
+        return
+    _SOLO[1] -= 1
+    if _SOLO[1] <= 0 or force:
+        dist.destroy_process_group()
+        _SOLO.clear()
+        wait_for_gloo_workers()

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from allgpu.errors import ArgumentError, ArgumentTypeError
 from allgpu.runtime import live
+from allgpu.runtime.process_group import release_solo_group
 from allgpu.core.accumulate import Accumulation
 from allgpu.keras.tf_data import distributed as tf_input, is_tf_dataset, limit_if_imported
 from allgpu.keras.metrics import local_reads
@@ -343,3 +344,6 @@ class Strategy(ScopeVariables, TFNames):
         self._overlap.close()
         live.unregister(self)
         self._group.close()
+        if self.placement.solo_group and not getattr(self, "_left_solo_group", False):
+            self._left_solo_group = True
+            release_solo_group()
