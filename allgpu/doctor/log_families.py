@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from allgpu.doctor.log_enums import read_enums
 from allgpu.doctor.log_patterns import I, Pattern
 
 # The weight of a family sign: enough to name a cause alone (the verdict's threshold is 0.6), less than a known
@@ -173,6 +174,13 @@ _STATUS_CAUSES = {
     "INTERNAL_ERROR": ("cuda-version-mismatch", "unsupported-compute-capability", "memory-held"),
     "NOT_SUPPORTED": ("cuda-version-mismatch", "unsupported-compute-capability"),
     "SETUP_FAILED": ("cuda-version-mismatch", "memory-held"),
+    # cuDNN 9's sublibraries: one missing from the install (JuliaGPU/CUDA.jl#3205 fixed by shipping it,
+    # flatironinstitute/nemos#317), or loaded from another cuDNN than the core (pytorch/pytorch#188892,
+    # koharu-rs/koharu#694, arrayfire/arrayfire#3700); ARCH_MISMATCH's cuDNN 9 name.
+    "SUBLIBRARY_LOADING_FAILED": ("missing-cuda-libs", "cuda-version-mismatch"),
+    "SUBLIBRARY_VERSION_MISMATCH": ("cuda-version-mismatch", "missing-cuda-libs"),
+    "VERSION_MISMATCH": ("cuda-version-mismatch",),
+    "NOT_SUPPORTED_ARCH_MISMATCH": ("unsupported-compute-capability", "cuda-version-mismatch"),
     # cuDNN rejecting a descriptor its version does not know (Caffe, MatConvNet, Paddle threads: cuDNN 5 -> 6, 7.4 ->
     # 7.6); a framework's own bug is the other kind, and is not a cause of an idle GPU.
     "BAD_PARAM": ("cuda-version-mismatch",),
@@ -225,10 +233,13 @@ def read_families(lines: list[str], known: frozenset[int] = frozenset()) -> list
     ``known``: 1-based numbers of the lines an exact reader already matched (a known message, even one that names no
     cause, such as an optional library); families read only the other lines.
     """
-    hits = []
+    hits = [FamilyHit(r.line, "enum:" + r.name, r.cause, r.member.weight, f"{r.text} ({r.api} status {r.name})",
+                      r.member.also)
+            for r in read_enums(lines) if r.cause and r.line not in known and not _HARMLESS.search(r.text)]
+    enum_lines = {h.line for h in hits}  # a status read whole is the line's reading: no family sign besides it
     for i, raw in enumerate(lines):
         line = raw.strip()
-        if not line or i + 1 in known or _HARMLESS.search(line):
+        if not line or i + 1 in known or i + 1 in enum_lines or _HARMLESS.search(line):
             continue
         for sign in FAMILIES:
             m = sign.regex.search(line)
@@ -236,4 +247,4 @@ def read_families(lines: list[str], known: frozenset[int] = frozenset()) -> list
             if judged:
                 cause, also, detail = judged
                 hits.append(FamilyHit(i + 1, sign.id, cause, sign.weight, f"{line[:160]} ({detail})", also))
-    return hits
+    return sorted(hits, key=lambda h: h.line)

@@ -134,6 +134,13 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
     _p("deserialize-device", r"Attempting to deserialize object on CUDA device \d+ but torch\.cuda\.device_count\(\) "
        r"is \d+|But your machine only has: \[\d", "invalid-device-index", 0.9,
        "the script asks for a GPU index the machine does not have"),
+    # A GPU list the environment names but the machine does not have: dorado checks CUDA_VISIBLE_DEVICES against the
+    # GPUs present, logs the first line and throws the second (its maintainer in nanoporetech/dorado#1469: the only
+    # place dorado prints "Invalid device ids"; dorado#1405: it reads CUDA_VISIBLE_DEVICES, full UUIDs only).
+    _p("cvd-more-than-present", r"CUDA_VISIBLE_DEVICES\S* specifies more device ids than the number of GPUs",
+       "devices-hidden", 1.0, "CUDA_VISIBLE_DEVICES names GPUs that are not there (a scheduler's or a stale value)"),
+    _p("dorado-invalid-ids", r"what\(\):\s+Invalid device ids\s*$", "devices-hidden", 0.8,
+       "dorado found CUDA_VISIBLE_DEVICES naming more GPUs than are present", also=("invalid-device-index",)),
     _p("single-gpu-wrapper", r"only supports single GPU training, if you need to train with multiple GPUs",
        "process-group-missing", 0.8, "a single-process wrapper (mmcv's MMDataParallel) asked for several GPUs: start "
        "the script with the distributed launcher (dist_train.sh, torchrun)"),

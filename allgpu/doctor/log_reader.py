@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from allgpu.doctor.log_blocks import EnvBlocks, read_blocks
 from allgpu.doctor.log_facts import LogFacts, read_facts
+from allgpu.doctor.log_enums import EnumRead, read_enums
 from allgpu.doctor.log_families import FamilyHit, library_cause, read_families
 from allgpu.doctor.log_patterns import PATTERNS, PREFIX, Pattern
 from allgpu.doctor.log_patterns_frameworks import FRAMEWORK_PATTERNS
@@ -69,6 +70,8 @@ class LogReading:
             when no known message names a cause.
         blocks: the environment blocks (collect_env, package lists, ONNX Runtime's providers;
             :mod:`allgpu.doctor.log_blocks`), read for the same fallback and shown whatever the verdict.
+        enums: the CUDA, NVML and NCCL statuses read by name, number or text (:mod:`allgpu.doctor.log_enums`),
+            shown whatever the verdict (the families use those that name a cause).
     """
 
     lines: int = 0
@@ -87,6 +90,7 @@ class LogReading:
     tail: list[tuple[int, str]] = field(default_factory=list)
     families: list[FamilyHit] = field(default_factory=list)
     blocks: EnvBlocks = field(default_factory=EnvBlocks)
+    enums: list[EnumRead] = field(default_factory=list)
 
     def causes(self) -> list[LogHit]:
         """Hits that point at a cause (weight > 0)."""
@@ -296,5 +300,6 @@ def read_log(text: str) -> LogReading:
     reading.frameworks |= reading.setting.frameworks
     reading.families = read_families(lines, frozenset(h.line for h in reading.hits))
     reading.blocks = read_blocks(lines)
+    reading.enums = read_enums(lines)
     reading.tail = [(n + 1, ln.strip()[:240]) for n, ln in enumerate(lines) if ln.strip()][-TAIL:]
     return reading

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from allgpu.doctor.causes import CAUSES
 from allgpu.doctor.log_blocks import block_evidence, block_notes
+from allgpu.doctor.log_enums import enum_notes
 from allgpu.doctor.log_evidence import setting_evidence
 from allgpu.doctor.log_facts import INPUT_SHARE, fact_notes
 from allgpu.doctor.log_reader import ALL_PATTERNS, LogHit, LogReading
@@ -232,7 +233,8 @@ def _log_notes(log: LogReading) -> list[str]:
     if log.strategy_replicas is not None:
         notes.append(f"The strategy runs {log.strategy_replicas} replica(s)"
                      + (f", {log.strategy_gpus} on GPUs." if log.strategy_gpus is not None else "."))
-    return notes + setting_notes(log.setting) + fact_notes(log.facts) + block_notes(log.blocks)
+    return (notes + setting_notes(log.setting) + fact_notes(log.facts) + block_notes(log.blocks)
+            + enum_notes(log.enums))
 
 
 def _all_used(present: int | None, registered: int | None, used: int | None) -> bool:
