@@ -84,3 +84,9 @@ def test_dorado_invalid_device_ids_is_cuda_visible_devices_naming_absent_gpus():
     assert verdict_from_log(read_log(log)).cause_ids[:1] == ("devices-hidden",)
     bare = "terminate called after throwing an instance of 'std::runtime_error'\n  what():  Invalid device ids\n"
     assert verdict_from_log(read_log(bare)).cause_ids[:2] == ("devices-hidden", "invalid-device-index")
+
+
+def test_rocm_and_mps_twins_of_cuda_wordings():
+    assert verdict_from_log(read_log("RuntimeError: No HIP GPUs are available\n")).cause_ids[:1] == ("devices-hidden",)
+    mps = "MPS not available because the current PyTorch install was not built with MPS enabled.\n"
+    assert verdict_from_log(read_log(mps)).cause_ids[:1] == ("cpu-build",)

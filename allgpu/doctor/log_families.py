@@ -82,7 +82,8 @@ FAMILIES: tuple[Pattern, ...] = (
     # --- a build without CUDA -------------------------------------------------------------------------------------
     _s("cpu-build-words", "cpu-build",
        r"\b(?:not|n't|never) (?:been )?(?:compiled|built|enabled|installed|configured) (?:with|for) (?:the )?"
-       r"(?:CUDA|GPU|cuDNN|NVIDIA)|\bGPU (?:support )?(?:is )?not enabled\b|\bGPU support (?:is )?(?:disabled|off)\b|"
+       r"(?:CUDA|GPU|cuDNN|NVIDIA|MPS|ROCm|HIP)|\bGPU (?:support )?(?:is )?not enabled\b|"
+       r"\bGPU support (?:is )?(?:disabled|off)\b|"
        r"\bCPU[- ]only\b|\b\d+\.\d+(?:\.\d+)?\+cpu\b|(?:[\w-]+[-_]cpu)(?:==|\s+)\d|without (?:CUDA|GPU) support|"
        r"\b(?:USE|WITH|GGML|LLAMA)_(?:CUDA|GPU|CUBLAS)\s*[=:]\s*(?:0|OFF|False)\b|\bno CUDA support\b",
        SPECIFIC, "the library was built or installed without GPU support", also=("no-driver",)),

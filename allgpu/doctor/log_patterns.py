@@ -106,7 +106,7 @@ PATTERNS: tuple[Pattern, ...] = (
        "CUDA sees no device", "no-device", also=('no-driver',)),
     _p("cvd-set", r"CUDA_VISIBLE_DEVICES['\"]?\]?\s*=\s*((['\"]?)[-\d, ]*\2)(?=\s|$|;|&|\))", "devices-hidden", 0,
        "CUDA_VISIBLE_DEVICES set in the run", "cvd"),
-    _p("torch-no-gpus", r"No CUDA GPUs are available", "devices-hidden", 0.6,
+    _p("torch-no-gpus", r"No (?:CUDA|HIP) GPUs are available", "devices-hidden", 0.6,
        "PyTorch sees no (or fewer) GPUs than the script asks for", also=('no-driver',)),
     _p("torch-cuda-unknown", r"CUDA unknown error(?: - this may be due to an incorrectly set up environment)?",
        "no-driver", 0.6, "CUDA failed to start with an unknown error (a driver left unusable, e.g. after suspend)",
