@@ -1,5 +1,5 @@
-"""Issue 21 item 2, PyTorch, from the author-fix corpus's tuning misses of 2026-11-25 (a0305, a0308, a0310): each
-flow as a small written script and whether the rule must report it; the fixed version of each is clean."""
+"""Issue 21 item 2, PyTorch, from the author-fix corpus's tuning misses of 2026-11-25 (a0305, a0308, a0310, a0315,
+a0317): each flow as a small written script and whether the rule must report it; the fixed version of each is clean."""
 
 import pytest
 
@@ -133,6 +133,58 @@ class Task:
             loss.backward()
         if do_step:
             self.optimizer.step()
+"""),
+    # audiolm-pytorch (a0315): one trainer of the file uses accelerator.no_sync, another's micro-step loop does not
+    ("pt006-accelerate-loop-without-no-sync-beside-one-with", "PT006", True, """
+from accelerate import Accelerator
+class SoundStreamTrainer:
+    def train_step(self):
+        for i in range(self.grad_accum_every):
+            ctx = self.accelerator.no_sync(self.model) if i < self.grad_accum_every - 1 else nullcontext()
+            with ctx:
+                loss = self.model(next(self.dl_iter))
+                self.accelerator.backward(loss / self.grad_accum_every)
+        self.optim.step()
+class SemanticTrainer:
+    def train_step(self):
+        for _ in range(self.grad_accum_every):
+            loss = self.model(next(self.dl_iter))
+            self.accelerator.backward(loss / self.grad_accum_every)
+        self.optim.step()
+"""),
+    # its fix: both trainers control the sync
+    ("pt006-accelerate-every-loop-with-no-sync", "PT006", False, """
+from accelerate import Accelerator
+class SemanticTrainer:
+    def train_step(self):
+        for i in range(self.grad_accum_every):
+            context = partial(self.accelerator.no_sync, self.model) if i < self.grad_accum_every - 1 else nullcontext
+            with context():
+                loss = self.model(next(self.dl_iter))
+                self.accelerator.backward(loss / self.grad_accum_every)
+        self.optim.step()
+class FineTrainer(SemanticTrainer):
+    def train_step(self):
+        for i in range(self.grad_accum_every):
+            with self.maybe_no_sync(i):
+                loss = self.model(next(self.dl_iter))
+                self.accelerator.backward(loss / self.grad_accum_every)
+        self.optim.step()
+    def maybe_no_sync(self, i):
+        return self.accelerator.no_sync(self.model) if i < self.grad_accum_every - 1 else nullcontext()
+"""),
+    # meshgpt-pytorch (a0317): the micro-step loop sits inside `with accelerator.autocast():`, the step after it
+    ("pt006-accelerate-loop-inside-autocast", "PT006", True, """
+from accelerate import Accelerator
+class Trainer:
+    def forward(self):
+        while self.step < self.num_train_steps:
+            with self.accelerator.autocast():
+                for _ in range(self.grad_accum_every):
+                    loss = self.model(**next(self.dl_iter))
+                    self.accelerator.backward(loss / self.grad_accum_every)
+            self.optimizer.step()
+            self.optimizer.zero_grad()
 """),
     # FSDP's no_sync acts in the backward: a block holding only the backward is fine there
     ("pt006-fsdp-no-sync-around-backward", "PT006", False, PT + """

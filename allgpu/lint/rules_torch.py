@@ -255,9 +255,14 @@ def check_pt006(ctx) -> None:
     for back in no_sync_around_backward_only(ctx):
         ctx.emit("PT006", back, "model.no_sync() covers the backward but not the forward: DDP arms its all-reduce in "
                                 "the forward, so every micro-step still syncs; run forward and backward inside no_sync()")
-    if {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys():
-        return
     backward = lambda c: _does_backward(mod, facts, c)  # noqa: E731
+    if {"no_sync", "require_backward_grad_sync"} & mod.attrs.keys():
+        # the file controls syncing somewhere: a micro-step loop in a function that does not (audiolm-pytorch, a0315)
+        if mod.is_imported("accelerate") or ctx.torch.wrapped:
+            for back in torch_train.micro_step_backwards(mod, facts, backward):
+                ctx.emit("PT006", back, "accumulating gradients over micro-steps without no_sync() in this loop (the "
+                                        "file uses it elsewhere): every micro-step all-reduces")
+        return
     does = lambda c, feature: _does(mod, facts, c, feature)  # noqa: E731
     if engine_accumulation(ctx, backward, does):  # Accelerate, Lightning Fabric
         return

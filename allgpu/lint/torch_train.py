@@ -90,14 +90,54 @@ def micro_step_backwards(mod, facts, does_backward) -> list[ast.Call]:
         body = [n for n in iter_body_nodes(loop.body) if isinstance(n, ast.Call)]
         if any("optstep" in facts.call_features(n) for n in body):
             continue
-        parent = mod.parent.get(id(loop))
-        block = next((getattr(parent, f) for f in ("body", "orelse", "finalbody")
-                      if isinstance(getattr(parent, f, None), list) and loop in getattr(parent, f)), [])
-        after = block[block.index(loop) + 1:] if loop in block else []
-        if not any(isinstance(n, ast.Call) and "optstep" in facts.call_features(n) for n in iter_body_nodes(after)):
+        after = iter_body_nodes(_statements_after(mod, loop))
+        if not any(isinstance(n, ast.Call) and "optstep" in facts.call_features(n) for n in after):
             continue
-        out += [n for n in body if does_backward(n) and not facts.under_if(n, loop)][:1]
+        out += [n for n in body if does_backward(n) and not facts.under_if(n, loop) and not sync_controlled(mod, n)][:1]
     return out
+
+
+def _statements_after(mod, node: ast.stmt) -> list:
+    """The statements after ``node`` in its block; when none steps, those after the ``with`` (or ``try``) that holds
+    it too (``with accelerator.autocast(): for _ in range(k): ... backward()`` then ``optimizer.step()``)."""
+    out = []
+    for _ in range(3):
+        parent = mod.parent.get(id(node))
+        block = next((getattr(parent, f) for f in ("body", "orelse", "finalbody")
+                      if isinstance(getattr(parent, f, None), list) and node in getattr(parent, f)), [])
+        out += block[block.index(node) + 1:] if node in block else []
+        if not isinstance(parent, (ast.With, ast.AsyncWith, ast.Try)):
+            break
+        node = parent
+    return out
+
+
+_SYNC_CONTROL = re.compile(r"no_sync|backward_sync|grad_sync|^accumulate$")
+
+
+def sync_controlled(mod, node: ast.AST) -> bool:
+    """Does the function around ``node`` decide when gradients sync: name no_sync / no_backward_sync /
+    require_backward_grad_sync / accumulate, or enter a context of a local function that does
+    (``with self.maybe_no_sync(i):``)? A file may control it in one trainer and not in another (audiolm-pytorch's
+    SoundStream trainer against its transformer trainers, a0315)."""
+    fn = mod.enclosing_function(node)
+    if fn is None:
+        return bool({"no_sync", "require_backward_grad_sync", "accumulate", "no_backward_sync"} & mod.attrs.keys())
+    memo = mod.__dict__.setdefault("_sync_controlled", {})
+    if id(fn) not in memo:
+        memo[id(fn)] = _controls_sync(mod, fn, 0)
+    return memo[id(fn)]
+
+
+def _controls_sync(mod, fn, depth: int) -> bool:
+    for n in ast.walk(fn):
+        name = n.attr if isinstance(n, ast.Attribute) else n.id if isinstance(n, ast.Name) else None
+        if name and _SYNC_CONTROL.search(name):
+            return True
+        if depth < 1 and isinstance(n, ast.withitem) and isinstance(n.context_expr, ast.Call) and any(
+                _controls_sync(mod, f, depth + 1) for f in mod.local_functions(n.context_expr.func)):
+            return True
+    return False
 
 
 _ITERABLE_LIBS = ("webdataset.", "torchdata.", "datasets.IterableDataset", "torch.utils.data.IterableDataset",
