@@ -199,6 +199,17 @@ def test_one_replica_gives_torch_distributed_a_world_of_one_until_the_last_strat
     assert not dist.is_initialized()
 
 
+def test_a_meta_device_model_under_mirrored_strategy_names_the_fix():
+    """Before: torch's bare 'Cannot copy out of meta tensor; no data!' at the scope's exit."""
+    strategy = allgpu.MirroredStrategy(num_replicas=1)
+    try:
+        with pytest.raises(UnsupportedError, match=r"meta device.*Fix: build the model on the device.*FullySharded"):
+            with strategy.scope(), torch.device("meta"):
+                torch.nn.Linear(3, 2)
+    finally:
+        strategy.close()
+
+
 @pytest.mark.parametrize("config, message", [
     ("not json", "not valid JSON"),
     (json.dumps({"cluster": {"worker": ["a:1"]}}), 'no "task" field'),

@@ -4,7 +4,9 @@
   creates its variables at its first call, inside ``strategy.run``: they are mirrored there (broadcast from replica
   0, gradients averaged), as ``tf.distribute`` mirrors a model built in its scope;
 - a model built outside any scope may be evaluated (TensorFlow's custom-training tutorial restores a checkpoint into
-  a fresh ``create_model()`` and calls ``new_model(images, training=False)``): only training it is an error.
+  a fresh ``create_model()`` and calls ``new_model(images, training=False)``): only training it is an error;
+- ``model.load_state_dict(state, assign=True)`` into a model built in the scope (pytorch/examples' FSDP2 example
+  resumes so) replaces its parameter objects: they stay mirrored (Mirrored) or are FSDP2's new shards (FullySharded).
 """
 
 import os
@@ -134,3 +136,37 @@ def test_a_torch_model_outside_the_scope_evaluates_in_eval_mode_and_refuses_trai
         model(torch.zeros(2, 3)).sum().backward()  # mirrored now: the armed gradient hooks let it through
     finally:
         strategy.close()
+
+
+def _assign_load(kind: str):
+    strategy = (allgpu.FullyShardedStrategy if kind == "sharded" else allgpu.MirroredStrategy)()
+    torch.manual_seed(0)
+    with strategy.scope():
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    live = model.state_dict()  # under FullyShardedStrategy DTensors: .shape is the full shape
+    torch.manual_seed(1)
+    same = {k: torch.randn(v.shape) for k, v in live.items()}  # what every replica loads, as from one file
+    if kind == "sharded":  # the FSDP2 example's checkpointer: distribute_tensor on the live layout, then assign
+        from torch.distributed.tensor import distribute_tensor
+
+        same = {k: torch.nn.Parameter(distribute_tensor(v, live[k].device_mesh, live[k].placements))
+                for k, v in same.items()}
+    model.load_state_dict(same, assign=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    share = GLOBAL // strategy.num_replicas_in_sync
+    for step in range(3):
+        x = _data(step)[strategy.replica_id_in_sync * share:][:share]
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return {k: v.detach().clone() for k, v in strategy.full_state_dict(model).items()}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["mirrored", "sharded"])
+def test_load_state_dict_with_assign_keeps_a_scope_model_training_on_every_replica(kind):
+    """Before: NotMirroredError ('created outside strategy.scope()') at the first step after the load."""
+    one = allgpu.launch(_assign_load, num_replicas=1, args=(kind,))[0]
+    two = allgpu.launch(_assign_load, num_replicas=2, args=(kind,))[0]  # replica 0 holds the full state
+    for name, want in one.items():
+        torch.testing.assert_close(two[name], want, rtol=1e-5, atol=1e-6)

@@ -34,7 +34,18 @@ def mirror_tensors(tensors: Iterable[torch.Tensor], group: ReplicaGroup, where: 
     """Move ``tensors`` to the replica's device in place and overwrite them with replica 0's values.
 
     One broadcast per dtype (flattened), as DDP does at construction.
+
+    Raises:
+        UnsupportedError: a tensor on the meta device (no values to move or broadcast).
     """
+    tensors = list(tensors)
+    meta = next((t for t in tensors if isinstance(t, torch.Tensor) and t.is_meta), None)
+    if meta is not None:
+        raise UnsupportedError(
+            f"a tensor of shape {tuple(meta.shape)} built in strategy.scope() is on the meta device, which holds no "
+            "values to place on the replica's device and broadcast (PyTorch's meta-device recipe then loads them with "
+            "load_state_dict(assign=True)). Fix: build the model on the device inside the scope and load into it, or "
+            "use FullyShardedStrategy, which materialises a meta model's shards by their reset_parameters().")
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     seen: set[int] = set()
     for t in tensors:

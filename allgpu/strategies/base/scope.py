@@ -17,6 +17,7 @@ import torch
 
 from allgpu import keras as keras_support
 from allgpu.errors import ArgumentTypeError
+from allgpu.core.assign_load import watch_assign
 from allgpu.core.mirror import mark_mirrored, mirror_tensors
 from allgpu.core.scope_record import ScopeRecord
 
@@ -101,6 +102,7 @@ class ScopeVariables:
         optimizer step was the first use) the gradients already computed are averaged too."""
         fresh = [p for p in params if id(p) not in self._mirrored_ids]
         self._mirror(params, buffers)
+        self._watch_assign([r for r in roots if isinstance(r, torch.nn.Module)])
         grads = [p.grad for p in fresh if p.grad is not None]
         if late and grads and self.num_replicas_in_sync > 1:
             flat = torch.cat([g.reshape(-1) for g in grads])
@@ -122,7 +124,15 @@ class ScopeVariables:
         if not isinstance(module, torch.nn.Module):
             raise ArgumentTypeError(f"mirror() takes a torch.nn.Module; got {type(module).__name__}.")
         self._mirror(list(module.parameters()), list(module.buffers()))
+        self._watch_assign([module])
         return module
+
+    def _watch_assign(self, roots: list) -> None:
+        """``load_state_dict(assign=True)`` on these roots keeps their mirrored parameters
+        (:mod:`allgpu.core.assign_load`)."""
+        for root in roots:
+            if not keras_support.is_keras_model(root):
+                watch_assign(root, keep=lambda p: id(p) in self._mirrored_ids, adopt=lambda new: None)
 
     def _mirror(self, params: list, buffers: list) -> None:
         params = [p for p in params if id(p) not in self._mirrored_ids]
