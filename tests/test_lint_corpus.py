@@ -255,3 +255,21 @@ def test_thread_labels_are_well_formed():
         assert set(r["labels"]) | set(r["negatives"]) <= set(RULES), r["id"]
         assert r["settled_by"] in tc.SETTLED_BY and len(r["sha256"]) == 64 and r["url"].startswith("https://")
         assert r["split"] == load("author_split").half(tc.split_key(r)), r["id"]
+
+
+def test_mine_reads_a_notebooks_code_cells_for_the_per_file_scan():
+    """``mine.py --per-file`` compares notebooks by their code cells: a batch constant that becomes
+    ``8 * strategy.num_replicas_in_sync`` is a TF007 candidate; markdown and outputs are not read."""
+    mine = load("mine")
+
+    def nb(batch):
+        cells = [{"cell_type": "markdown", "source": ["num_replicas_in_sync is explained here"]},
+                 {"cell_type": "code", "source": ["strategy = tf.distribute.TPUStrategy(resolver)\n",
+                                                  f"BATCH_SIZE = {batch}\n"], "outputs": []}]
+        return json.dumps({"cells": cells})
+
+    before = mine.notebook_code("t.ipynb", nb("64"))
+    after = mine.notebook_code("t.ipynb", nb("8 * strategy.num_replicas_in_sync"))
+    assert "explained" not in before and "BATCH_SIZE = 64" in before
+    assert mine.SPECS["TF007"](before, after) and not mine.SPECS["TF007"](after, after)
+    assert mine.notebook_code("train.py", "x = 1\n") == "x = 1\n"

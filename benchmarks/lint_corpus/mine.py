@@ -1,6 +1,6 @@
 """Find candidate fix commits for the author-labelled lint corpus in a fetched bare mirror (a reviewer decides).
 
-Run: python benchmarks/lint_corpus/mine.py GIT_DIR REPO [--out FILE]
+Run: python benchmarks/lint_corpus/mine.py GIT_DIR REPO [--out FILE] [--per-file]
 
 Scans every commit's diff for added or removed lines with a pitfall's fix token (``PICKAXE``), then keeps a
 (commit, file) pair when the file before the commit shows the pitfall's preconditions and lacks the fix, and
@@ -131,6 +131,40 @@ def candidates(gd: str, repo: str, since: str | None = None, paths: tuple[str, .
                        "rules": rules}
 
 
+def notebook_code(path: str, text: str) -> str:
+    """A notebook's code cells joined (the SPECS read code, not outputs); other files unchanged."""
+    if not path.endswith(".ipynb"):
+        return text
+    try:
+        nb = json.loads(text)
+    except ValueError:
+        return text
+    cells = nb.get("cells") or (nb.get("worksheets") or [{}])[0].get("cells", [])
+    srcs = [c.get("source", c.get("input", "")) for c in cells if c.get("cell_type") == "code"]
+    return "\n".join("".join(s) if isinstance(s, list) else s for s in srcs)
+
+
+def per_file_candidates(gd: str, repo: str, grep: str = "Strategy|num_replicas_in_sync"):
+    """Like ``candidates`` but file by file: each .py/.ipynb that matches ``grep`` at HEAD, every consecutive pair of
+    its versions. Slower, but a snapshot that lacks a large notebook blob (which makes ``git log -G`` fail, so
+    ``candidates`` falls back to .py files) still has its other notebook versions compared."""
+    listed = git(gd, "grep", "-l", "-I", "-E", grep, "HEAD", "--", "*.py", "*.ipynb") or ""
+    for path in sorted({x.split(":", 1)[1] for x in listed.splitlines() if ":" in x}):
+        for line in (git(gd, "log", "--all", "--format=%H %P%x09%s", "--", path) or "").splitlines():
+            shas, _, subject = line.partition("\t")
+            parts = shas.split()
+            if len(parts) < 2:
+                continue
+            b, a = git(gd, "show", f"{parts[1]}:{path}"), git(gd, "show", f"{parts[0]}:{path}")
+            if not b or not a:
+                continue  # a version whose blob the snapshot lacks
+            b, a = notebook_code(path, b), notebook_code(path, a)
+            rules = [rid for rid, test in SPECS.items() if test(b, a)]
+            if rules:
+                yield {"repo": repo, "path": path, "before": parts[1], "after": parts[0], "message": subject[:200],
+                       "rules": rules}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("git_dir")
@@ -138,9 +172,13 @@ def main() -> int:
     ap.add_argument("--since")
     ap.add_argument("--out", default="-")
     ap.add_argument("--paths", nargs="*", default=["*.py", "*.ipynb"], help="git pathspecs to scan")
+    ap.add_argument("--per-file", action="store_true", help="compare each strategy file's versions one by one "
+                    "(notebooks as their code cells; for snapshots that lack large blobs)")
     args = ap.parse_args()
     fh = sys.stdout if args.out == "-" else open(args.out, "w")
-    for c in candidates(args.git_dir, args.repo, args.since, tuple(args.paths)):
+    found = per_file_candidates(args.git_dir, args.repo) if args.per_file else \
+        candidates(args.git_dir, args.repo, args.since, tuple(args.paths))
+    for c in found:
         fh.write(json.dumps(c) + "\n")
         fh.flush()
     return 0
