@@ -90,3 +90,29 @@ def test_rocm_and_mps_twins_of_cuda_wordings():
     assert verdict_from_log(read_log("RuntimeError: No HIP GPUs are available\n")).cause_ids[:1] == ("devices-hidden",)
     mps = "MPS not available because the current PyTorch install was not built with MPS enabled.\n"
     assert verdict_from_log(read_log(mps)).cause_ids[:1] == ("cpu-build",)
+
+
+@pytest.mark.parametrize("log, first", [
+    # NCCL's result text on a line that names NCCL only inside ProcessGroupNCCL
+    ("RuntimeError: ProcessGroupNCCL.cpp:260, unhandled system error\n", "nccl-error"),
+    # JAX 0.3's wording of a backend that did not start, for a jaxlib without the CUDA platform
+    ("RuntimeError: Backend 'gpu' failed to initialize: NOT_FOUND: Could not find registered platform with name: "
+     "\"cuda\".\n", "cpu-build"),
+    # a REPL one-liner's answer, the call closed by a quote
+    ("$ python -c \"import torch; print(torch.cuda.is_available())\"\nFalse\n", "cpu-build"),
+    # torch.utils.cpp_extension: a CUDA toolkit found, torch.cuda.is_available() False
+    ("No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'\n", "no-driver"),
+])
+def test_wordings_read_by_their_source(log, first):
+    assert verdict_from_log(read_log(log)).cause_ids[:1] == (first,)
+
+
+@pytest.mark.parametrize("figures, first", [
+    # PyTorch <= 1.4 figures: most of a 4 GiB GPU is neither allocated, cached nor free: another process holds it
+    ("4.00 GiB total capacity; 1.50 GiB already allocated; 20.00 MiB free; 10.00 MiB cached", "memory-held"),
+    # a 1 GiB GPU whose unaccounted memory is about one CUDA context: the job itself ran out
+    ("1024.00 MiB total capacity; 400.00 MiB already allocated; 30.00 MiB free; 40.00 MiB cached", "out-of-memory"),
+])
+def test_oldest_torch_oom_figures(figures, first):
+    log = f"RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; {figures})\n"
+    assert verdict_from_log(read_log(log)).cause_ids[:1] == (first,)

@@ -41,7 +41,7 @@ _CONTEXT = {
     "CUDA": re.compile(r"\b(?:CUDA|Cuda|cuda|HIP|hip|ROCm|GPUassert|THCudaCheck|cudaCheck\w*|cu[A-Z]\w*|"
                        r"cuda[A-Z]\w*|hip[A-Z]\w*|CUresult)\b"),
     "NVML": re.compile(r"\bNVML\b|nvidia-smi", re.IGNORECASE),
-    "NCCL": re.compile(r"\bNCCL\b|\bnccl\w*", re.IGNORECASE),
+    "NCCL": re.compile(r"NCCL|\bnccl\w*"),  # ProcessGroupNCCL.cpp:260, unhandled cuda error
 }
 # NCCL and NVML first: their lines often name CUDA too ("unhandled cuda error").
 _TEXTS = {api: [(t.lower(), m) for m in table for t in m.texts]

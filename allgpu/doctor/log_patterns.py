@@ -130,7 +130,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("dnn-not-found", r"DNN library is not found|Unable to load cuDNN|cuDNN (?:library )?(?:was )?not found",
        "missing-cuda-libs", 1.0, "cuDNN could not be loaded", flags=I),
     _p("jax-backend-failed", r"(?:Unable to initialize backend '(?:cuda|gpu)'|CUDA backend failed to initialize|"
-       r"Backend 'cuda' failed to initialize): (.*)", None, 0, "JAX's CUDA backend did not start", "jax-backend"),
+       r"Backend '(?:cuda|gpu)' failed to initialize): (.*)", None, 0, "JAX's CUDA backend did not start", "jax-backend"),
     # --- cuda-version-mismatch ----------------------------------------------------------------------------------
     _p("driver-insufficient", r"driver version is insufficient for CUDA runtime version|"
        r"CUDA_ERROR_INSUFFICIENT_DRIVER", "cuda-version-mismatch", 1.0, "the driver is older than the CUDA runtime"),

@@ -75,9 +75,15 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
        "Numba cannot find the CUDA toolkit's NVVM"),
     _p("numba-no-driver", r"CUDA driver library cannot be found|CudaSupportError: Error at driver init", "no-driver",
        0.8, "Numba cannot find or start the CUDA driver"),
-    _p("cuda-home-unset", r"CUDA_HOME environment variable is not set|nvcc (?:was )?not found|"
-       r"No CUDA runtime is found, using CUDA_HOME", "missing-cuda-libs", 0.8,
-       "the CUDA toolkit (nvcc, CUDA_HOME) that a CUDA extension builds with is missing"),
+    _p("cuda-home-unset", r"CUDA_HOME environment variable is not set|nvcc (?:was )?not found",
+       "missing-cuda-libs", 0.8, "the CUDA toolkit (nvcc, CUDA_HOME) that a CUDA extension builds with is missing"),
+    # torch.utils.cpp_extension prints this when it finds a CUDA toolkit but torch.cuda.is_available() is False (its
+    # source: `if cuda_home and not torch.cuda.is_available()`): the toolkit is there, the GPU is not reachable.
+    # Settled as a container started without the GPU runtime (Thinklab-SJTU/ThinkMatch#51) or a runtime with no GPU
+    # attached (googlecolab/colabtools#2449); a CPU build of torch is the other candidate.
+    _p("torch-no-cuda-runtime", r"No CUDA runtime is found, using CUDA_HOME", "no-driver", 0.6,
+       "a CUDA toolkit is installed but torch.cuda.is_available() is False: no usable driver or GPU here",
+       also=("cpu-build", "devices-hidden")),
     _p("bnb-cuda-setup", r"CUDA Setup failed despite GPU being available", "missing-cuda-libs", 0.8,
        "bitsandbytes could not find the CUDA runtime library it needs"),
     # --- out of memory ------------------------------------------------------------------------------------------

@@ -29,6 +29,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colour codes in captured termin
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 # Memory others hold, as a fraction of the GPU, past which an out-of-memory is blamed on them.
 HELD_FRACTION = 0.5
+# PyTorch's allocator figures (reserved, or allocated + cached) leave out the process's CUDA context: memory they do
+# not account for is another process's only beyond a context's size, and then a sizeable share of the GPU.
+CONTEXT_MIB, OTHERS_FRACTION = 512.0, 0.3
 # Non-blank lines kept as the log's ending.
 TAIL = 3
 
@@ -141,8 +144,9 @@ def _jax_backend_cause(reason: str) -> tuple[str | None, float]:
 def _torch_oom_cause(text: str) -> tuple[str, float]:
     """Out-of-memory of the job itself, or memory held by others, from PyTorch's figures.
 
-    Old format: "(GPU 0; 10.76 GiB total capacity; 996 MiB already allocated; 8.81 MiB free; 1010 MiB reserved in
-    total by PyTorch)". New: "GPU 0 has a total capacity of 14.75 GiB of which 235 MiB is free. [Process N has X
+    Oldest format (PyTorch <= 1.4): "(GPU 0; 3.95 GiB total capacity; 1.62 GiB already allocated; 23.00 MiB free;
+    9.10 MiB cached)". Old: "(GPU 0; 10.76 GiB total capacity; 996 MiB already allocated; 8.81 MiB free; 1010 MiB
+    reserved in total by PyTorch)". New: "GPU 0 has a total capacity of 14.75 GiB of which 235 MiB is free. [Process N has X
     memory in use. | Including non-PyTorch memory, this process has X memory in use.] Of the allocated memory X is
     allocated by PyTorch, and Y is reserved by PyTorch but unallocated."
     """
@@ -160,13 +164,20 @@ def _torch_oom_cause(text: str) -> tuple[str, float]:
     else:
         reserved = re.search(num + r" reserved in total by pytorch", text)
         parts = re.search(r"memory " + num + r" is allocated by pytorch, and " + num + r" is reserved", text)
+        # PyTorch <= 1.4: "X already allocated; Y free; Z cached" (cached: reserved by its allocator, not in use)
+        cached = re.search(num + r" already allocated; [^;]*; " + num + r" cached", text)
         if reserved:
             own_mib = _mib(*reserved.groups())
+        elif cached:
+            own_mib = _mib(*cached.groups()[:2]) + _mib(*cached.groups()[2:])
         elif parts:
             own_mib = _mib(*parts.groups()[:2]) + _mib(*parts.groups()[2:])
         else:
             return "out-of-memory", 1.0
     others = total_mib - free_mib - own_mib
+    if not own:  # the allocator's figures leave out this process's own CUDA context (a few hundred MiB)
+        others -= CONTEXT_MIB
+        return ("memory-held", 1.0) if others > OTHERS_FRACTION * total_mib else ("out-of-memory", 1.0)
     return ("memory-held", 1.0) if others > HELD_FRACTION * total_mib else ("out-of-memory", 1.0)
 
 
