@@ -16,7 +16,8 @@ _DEFINE_INT = ("absl.flags.DEFINE_integer", "tensorflow.flags.DEFINE_integer", "
 
 
 def const_int(mod, node: ast.expr | None) -> int | None:
-    """An int literal, a name whose every assignment is the same int literal, or an option's int default."""
+    """An int literal, a name whose every assignment is the same int literal, or an option's int default (read
+    directly, ``FLAGS.batch_size``, or through a name every binding of which reads it)."""
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return node.value
     if isinstance(node, ast.Name):
@@ -24,6 +25,10 @@ def const_int(mod, node: ast.expr | None) -> int | None:
         ints = {v.value for v in values if isinstance(v, ast.Constant) and type(v.value) is int}
         if values and len(ints) == 1 and len(values) == sum(isinstance(v, ast.Constant) for v in values):
             return ints.pop()
+        # ``batch_size = FLAGS.batch_size``: every binding reads the same command-line option
+        reads = {v.attr for v in values if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name)}
+        if values and len(reads) == 1 and len(values) == sum(isinstance(v, ast.Attribute) for v in values):
+            return option_default(mod, reads.pop())
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return option_default(mod, node.attr)
     return None

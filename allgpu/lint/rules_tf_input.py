@@ -11,6 +11,7 @@ from allgpu.lint.astutil import in_test_case, star_kwarg
 from allgpu.lint.binding import after_strategy_ends, name_loads
 from allgpu.lint.config_batch import check_config_batch
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg
+from allgpu.lint.run_inputs import run_fed_pipelines
 
 
 def _named_global(node: ast.expr | None) -> bool:
@@ -101,10 +102,10 @@ def check_tf007(ctx) -> None:
 
 
 def _check_loaders(ctx) -> None:
-    """``train_ds = imagenet.load(split="train", batch_size=FLAGS.batch_size)`` given to fit: a library loader
-    batching training's pipeline by a constant."""
+    """``train_ds = imagenet.load(split="train", batch_size=FLAGS.batch_size)`` given to fit, or distributed and
+    drawn by a training ``strategy.run`` step: a library loader batching training's pipeline by a constant."""
     mod, seen = ctx.mod, set()
-    for expr in _training_inputs(ctx):
+    for expr in [*_training_inputs(ctx), *run_fed_pipelines(mod, ctx.facts)]:
         call = loader_batch(mod, expr)
         if call is None or id(call) in seen or _bound_for_evaluation(mod, call) or in_test_case(mod, call):
             continue

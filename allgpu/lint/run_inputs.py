@@ -134,3 +134,31 @@ def _loop_values(mod: Module, loop, name: str) -> list[ast.expr]:
         if isinstance(d, ast.Dict):
             out += [v for v in d.values if v is not None]
     return out[:8]
+
+
+_TRAINING_FEATURES = frozenset({"tape", "apply", "backward", "optstep"})
+_DISTRIBUTE = ("experimental_distribute_dataset", "distribute_dataset")
+
+
+def run_fed_pipelines(mod: Module, facts) -> list[ast.expr]:
+    """The pipelines handed to ``strategy.experimental_distribute_dataset(ds)`` whose distributed iterator a
+    *training* ``strategy.run`` step draws from with ``next()`` (its step function takes gradients or applies
+    them; ``test_step``/``eval_step`` are not): what the custom loop trains on, as ``fit``'s input is."""
+    out = []
+    for nxt, ds in run_next_sources(mod, facts):
+        if not _training_run(mod, facts, nxt):
+            continue
+        for v in dataset_values(mod, ds):
+            f = getattr(v, "func", None)
+            if isinstance(v, ast.Call) and isinstance(f, ast.Attribute) and f.attr in _DISTRIBUTE and v.args:
+                out.append(v.args[0])
+    return out
+
+
+def _training_run(mod: Module, facts, nxt: ast.Call) -> bool:
+    run = next((a for a in mod.ancestors(nxt) if isinstance(a, ast.Call) and isinstance(a.func, ast.Attribute)
+                and a.func.attr in RUN_ATTRS), None)
+    outer = mod.enclosing_function(nxt)
+    if run is None or not run.args or (outer is not None and re.search(r"test|val|eval|predict|infer", outer.name)):
+        return False
+    return any(facts.features(fn.body, fn) & _TRAINING_FEATURES for fn in mod.local_functions(run.args[0]))
