@@ -13,8 +13,8 @@ pipeline gives the same order on every replica, as ``tf.distribute``'s one pipel
 kept.
 
 Not covered: code that runs *before* the strategy is constructed, in each replica's own process (NumPy and
-``random`` are seeded from the operating system there; torch's default seed is fixed, so unseeded torch draws
-coincide until something seeds it per process). :meth:`OneProgram.same_data` catches the consequence where it
+``random`` are seeded from the operating system there, and so is torch's default generator on torch 2.13:
+``torch.initial_seed()`` differs per process; older builds fixed it). :meth:`OneProgram.same_data` catches the consequence where it
 matters: ``distribute_dataset``, ``fit``, ``evaluate`` and the Keras adapter compare a fingerprint of the data
 (length and a hash of a few examples) across replicas at the first epoch and raise :class:`DataMismatchError`.
 
