@@ -20,6 +20,10 @@ n, mode, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 devices = [f"/cpu:{i}" for i in range(n)]
 strategy = allgpu.FullyShardedStrategy(devices=devices) if mode == "fsdp" else allgpu.MirroredStrategy(devices=devices)
 rank, ok = strategy.replica_id_in_sync, []
+if mode == "mkdir":  # Keras' multi-GPU guide, on every replica: check, then create
+    if not os.path.exists("ckpt_dir"):
+        strategy.barrier()  # every replica has checked: the race, made certain
+        os.makedirs("ckpt_dir")
 with strategy.scope():
     net = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
@@ -85,3 +89,12 @@ def test_a_guarded_save_read_early_by_another_replica_says_what_to_do(tmp_path):
     assert "replica 1 failed reading a file" in result.stderr, result.stderr[-3000:]
     assert "`if strategy.is_chief:`" in result.stderr and "strategy.barrier()" in result.stderr
     assert "behind" not in result.stderr and "still running" not in result.stderr
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(300)
+def test_a_directory_created_after_a_check_on_every_replica_says_what_to_do(tmp_path):
+    """Before: a bare FileExistsError on one replica, now and then (Keras' multi-GPU guide, moved over)."""
+    result, _ = _run(tmp_path, 2, "mkdir")
+    assert result.returncode != 0 and "FileExistsError" in result.stderr, result.stderr[-3000:]
+    assert "another replica created the same path" in result.stderr and "exist_ok=True" in result.stderr

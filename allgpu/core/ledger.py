@@ -17,7 +17,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from allgpu.core.one_writer import read_hint
+from allgpu.core.one_writer import exists_hint, read_hint
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # allgpu/
 _KEY = "allgpu/ledger/{}"
@@ -159,7 +159,7 @@ def install_exit_record(ledger: Ledger) -> None:
             text = str(exc).splitlines()[0] if str(exc) else ""
             text = text if len(text) <= 160 else text[:157] + "..."
             ledger.record_exit(f"raised {exc_type.__name__}{': ' + text if text else ''} at {where}")
-            hint = read_hint(exc, ledger.rank)
+            hint = read_hint(exc, ledger.rank) or exists_hint(exc)
             if hint and hasattr(exc, "add_note"):  # shown with the traceback, in the job's failure summary too
                 exc.add_note(hint)
         previous(exc_type, exc, tb)

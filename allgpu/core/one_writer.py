@@ -150,3 +150,14 @@ def read_hint(exc: BaseException, rank: int) -> str | None:
             "replica (model.save, model.save_weights, torch.save(strategy.full_state_dict(model), path), "
             "allgpu.checkpoint.save): replica 0 writes and the others return once the file is complete; or call "
             "strategy.barrier() after the guarded save, before reading.")
+
+
+def exists_hint(exc: BaseException) -> str | None:
+    """For a replica whose ``os.makedirs`` / ``os.mkdir`` found the path already there: the note naming the race
+    (every replica runs ``if not os.path.exists(d): os.makedirs(d)``, as in Keras' multi-GPU guide; in
+    ``tf.distribute``'s one program the check and the creation cannot be split by another replica) and the fix."""
+    if not isinstance(exc, FileExistsError):
+        return None
+    return ("allgpu: every replica runs this line, and another replica created the same path between this one's "
+            "check and its creation (one program's `if not os.path.exists(d): os.makedirs(d)` is a race across "
+            "replicas). Fix: os.makedirs(d, exist_ok=True), which every replica may call.")
