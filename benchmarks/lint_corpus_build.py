@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lint_corpus"))
 from fetch import DEFAULT_MIRRORS, _git_dirs, from_github, from_mirror  # noqa: E402
-from project_tree import DEPTH, project_files  # noqa: E402
+from project_tree import DEPTH, LAYOUT, project_files  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 LABELS = HERE / "lint_corpus" / "author_labels.jsonl"
@@ -83,7 +83,7 @@ def write_tree(root: Path, manifest: Path, repo: str, commit: str, path: str, da
     (``project_tree.project_files``) and list what was taken in ``manifest``; returns why not, or ""."""
     dest = root / path
     if manifest.is_file() and dest.is_file() and not force and \
-            json.loads(manifest.read_text(encoding="utf-8")).get("depth") == DEPTH:
+            (m := json.loads(manifest.read_text(encoding="utf-8"))).get("depth") == DEPTH and m.get("layout", 1) == LAYOUT:
         return ""
     gds = _git_dirs(mirror_root, repo)
     if not gds:
@@ -99,7 +99,7 @@ def write_tree(root: Path, manifest: Path, repo: str, commit: str, path: str, da
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(blob)
     manifest.parent.mkdir(parents=True, exist_ok=True)
-    manifest.write_text(json.dumps({"repo": repo, "commit": commit, "labelled": path, "depth": DEPTH, "files": {
+    manifest.write_text(json.dumps({"repo": repo, "commit": commit, "labelled": path, "depth": DEPTH, "layout": LAYOUT, "files": {
         rel: sha256(blob) for rel, blob in sorted(files.items())}}, indent=1) + "\n", encoding="utf-8")
     return ""
 

@@ -148,7 +148,12 @@ _R = [
          "DistributedSampler without set_epoch() in the epoch loop: the same order every epoch",
          "DistributedSampler seeds its shuffle with the epoch number; without `sampler.set_epoch(epoch)` every\n"
          "epoch uses the same permutation. A sampler built and never used (the loader gets `sampler=None`)\n"
-         "is reported too: nothing can set its epoch, and it shards nothing.\n"
+         "is reported too: nothing can set its epoch, and it shards nothing. So is set_epoch called once (at\n"
+         "setup, or before the epoch loop) instead of at each epoch's start, and a trainer's epoch loop over a\n"
+         "training loader that another module of the project builds on a DistributedSampler (its caller, or a\n"
+         "data module beside it) when neither sets the epoch. Not reported: set_epoch in any loop, an epoch\n"
+         "hook or event handler, a sampler rebuilt each epoch with a seed that names the epoch, or under\n"
+         "Lightning/Accelerate, which set it themselves.\n"
          "Fix:\n    for epoch in range(epochs):\n        sampler.set_epoch(epoch)\n        for batch in loader: ..."),
     Rule("PT005", "warning", "loader-no-workers",
          "DataLoader with no worker processes (num_workers missing or 0) in a training script",

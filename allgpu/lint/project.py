@@ -7,7 +7,8 @@ are cached by path, size and modification time, so a folder of scripts sharing `
 
 The other way round, :meth:`Importer.users` finds the project's modules that may use this one (a training script
 calling a data module's loader builder): the ``.py`` files of the same folders (at most 64 a folder) whose text
-names one of the given functions, parsed.
+names one of the given functions, parsed; :meth:`Importer.near` adds the folders beside this file's (a data module
+in ``libs/egs/`` building the loader that ``libs/training/trainer.py`` iterates).
 """
 
 from __future__ import annotations
@@ -58,6 +59,35 @@ class Importer:
                 except OSError:
                     continue
                 if any(n in text for n in names):
+                    fm = _parse(p)
+                    if fm is not None:
+                        out.append(fm)
+        return out
+
+    def near(self, names: set[str]) -> list:
+        """Like :meth:`users`, and also the ``.py`` files of the folders beside this file's folder (the other
+        packages of its parent: ``libs/egs/`` for ``libs/training/trainer.py``), whose text contains every one of
+        ``names`` (a data module building the loader that a trainer here iterates)."""
+        out = [m for m in self.users(names) if all(n in m.source for n in names)]
+        try:
+            folders = sorted(p for p in self.dir.parent.iterdir() if p.is_dir() and p != self.dir
+                             and not p.name.startswith("."))
+        except OSError:
+            return out
+        taken = 0
+        for folder in folders:
+            files = sorted(folder.glob("*.py"))
+            taken += bool(files)  # the first 64 folders that hold modules
+            if taken > _MAX_USERS_PER_FOLDER:
+                break
+            for p in files[:_MAX_USERS_PER_FOLDER]:
+                try:
+                    if not p.is_file() or p.stat().st_size > _MAX_BYTES:
+                        continue
+                    text = p.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                if all(n in text for n in names):
                     fm = _parse(p)
                     if fm is not None:
                         out.append(fm)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import ast
 import re
 
-from allgpu.lint import bn_models, tfdata, torch_train
+from allgpu.lint import bn_models, set_epoch, tfdata, torch_train
+from allgpu.lint.caller_samplers import caller_built_loaders
 from allgpu.lint.accumulation import engine_accumulation, no_sync_around_backward_only, stepped_every_k
 from allgpu.lint.helper_loaders import loaders_used_under_ddp, unsharded_loader_helpers
 from allgpu.lint.helper_saves import object_saves
@@ -199,7 +200,15 @@ def _check_pt003_helpers(ctx) -> None:
 
 def check_pt004(ctx) -> None:
     mod = ctx.mod
-    if "set_epoch" in mod.attrs or torch_train.sampler_delegated(mod):
+    if torch_train.sampler_delegated(mod):
+        return
+    for call in set_epoch.once_set_epochs(mod):
+        ctx.emit("PT004", call, "set_epoch() is called once, not at the start of every epoch: every later epoch "
+                                "shuffles the same way; call it first thing in each epoch (the loop, or an epoch-start hook)")
+    for loop, expr, where in caller_built_loaders(mod):
+        ctx.emit("PT004", loop, f"`{expr}` is built with a DistributedSampler in {where}, and nothing gives it "
+                                "set_epoch(epoch): every epoch shuffles the same way; set it at the start of each epoch")
+    if "set_epoch" in mod.attrs:
         return
     unused = torch_train.unused_distributed_samplers(mod)
     for call in unused + torch_train.fresh_samplers(mod):
@@ -214,7 +223,7 @@ def check_pt004(ctx) -> None:
             shuffle = kwarg(call, "shuffle")
             if isinstance(shuffle, ast.Constant) and shuffle.value is False or torch_train.evaluation_sampler(mod, call):
                 continue
-            if torch_train.unused_distributed_samplers(mod).count(call):
+            if torch_train.unused_distributed_samplers(mod).count(call) or set_epoch.reseeded_each_epoch(mod, call):
                 continue  # reported above
             ctx.emit("PT004", call, "DistributedSampler is never given set_epoch(epoch): every epoch "
                                     "shuffles the same way")

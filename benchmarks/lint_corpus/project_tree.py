@@ -24,6 +24,9 @@ import warnings
 from pathlib import PurePosixPath
 
 DEPTH = 4  # as deep as the linter reads: imports, a package's re-export, the module it names, a package's submodules
+LAYOUT = 2  # 2: with the files beside the folder that name SIBLING_WORD (allgpu/lint/project.py Importer.near)
+SIBLING_WORD = b"DistributedSampler"
+MAX_PER_FOLDER = 64  # as allgpu/lint/project.py reads at most 64 files a folder, 64 folders
 PARENTS = 2  # absolute imports: the importing file's folder and its two parents, as allgpu/lint/project.py
 _IMPORT_RE = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+import\s+\(?([\w\s,]+)|import\s+([\w., ]+))", re.M)
 
@@ -128,6 +131,7 @@ def project_files(git_dir, commit: str, path: str, text: bytes) -> dict[str, byt
     folders = {here, *list(here.parents)[:PARENTS]}  # where the linter looks for project modules and their users
     got: dict[str, bytes] = blobs(git_dir, commit, sorted(p for p in present if PurePosixPath(p).parent in folders
                                                            and p != path))
+    got.update(beside(git_dir, commit, path, present))
     frontier = {path: text}
     for _ in range(DEPTH):
         found: set[str] = set()
@@ -137,3 +141,19 @@ def project_files(git_dir, commit: str, path: str, text: bytes) -> dict[str, byt
         got.update(blobs(git_dir, commit, sorted(found - got.keys())))
         frontier = {p: got[p] for p in found if p in got}
     return got
+
+
+def beside(git_dir, commit: str, path: str, present: set[str]) -> dict[str, bytes]:
+    """The ``.py`` files of the folders beside ``path``'s folder (the other subfolders of its parent: ``libs/egs``
+    for ``libs/training/trainer.py``) whose text names ``SIBLING_WORD``: where ``Importer.near`` looks for the
+    module that builds a trainer's loader. Bounded as the linter: 64 folders, 64 files each, sorted by name."""
+    here = PurePosixPath(path).parent
+    if here == PurePosixPath("."):
+        return {}
+    by_folder: dict[PurePosixPath, list[str]] = {}
+    for p in present:
+        folder = PurePosixPath(p).parent
+        if folder.parent == here.parent and folder != here and folder != here.parent and not folder.name.startswith("."):
+            by_folder.setdefault(folder, []).append(p)
+    wanted = [p for f in sorted(by_folder)[:MAX_PER_FOLDER] for p in sorted(by_folder[f])[:MAX_PER_FOLDER]]
+    return {p: b for p, b in blobs(git_dir, commit, wanted).items() if SIBLING_WORD in b}
