@@ -46,3 +46,17 @@ def test_exit_code_is_2_for_usage_errors_only_and_1_for_a_failed_run(monkeypatch
     assert main(["demo"]) == code
     assert type(error).__name__ in capsys.readouterr().err
 
+
+
+def test_run_takes_a_leading_python_as_srun_and_mpirun_users_type_it(monkeypatch, capsys):
+    """`allgpu run --cpu-replicas 2 python train.py` stopped with "script 'python' not found"."""
+    from allgpu.runtime import elastic
+
+    seen = []
+    monkeypatch.setattr(elastic, "run", lambda script, script_args, **kw: seen.append((script, script_args)) or 0)
+    for interpreter in ("python", "python3", "/usr/bin/python3.11"):
+        assert main(["run", "--cpu-replicas", "2", interpreter, "train.py", "--epochs", "3"]) == 0
+    assert main(["run", "--cpu-replicas", "2", "python.py", "--epochs", "3"]) == 0  # a script named so stays
+    assert seen == [("train.py", ["--epochs", "3"])] * 3 + [("python.py", ["--epochs", "3"])]
+    assert main(["run", "python", "-m", "trainer"]) == 2
+    assert "without interpreter options or -m" in capsys.readouterr().err

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 
 from allgpu.cli.arguments import exit_code_for, non_negative_int, positive_int
-from allgpu.errors import AllGpuError
+from allgpu.errors import AllGpuError, ScriptNotFoundError
+
+_INTERPRETER = re.compile(r"python(\d+(\.\d+)*)?(\.exe)?$")  # python, python3, python3.11, a path to one
 
 _EPILOG = """\
 examples:
@@ -56,13 +60,30 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def script_and_args(script: str, script_args: list[str]) -> tuple[str, list[str]]:
+    """``allgpu run python train.py`` as ``srun python train.py`` and ``mpirun -np 2 python train.py`` are typed:
+    replicas run under this Python (``sys.executable``), so a leading interpreter name is dropped.
+
+    Raises:
+        ScriptNotFoundError: an interpreter followed by an option (``python -m pkg``) instead of a script.
+    """
+    if not _INTERPRETER.match(os.path.basename(script)) or not script_args:
+        return script, script_args
+    if script_args[0].startswith("-"):
+        raise ScriptNotFoundError(f"{script} {script_args[0]} ...: allgpu run starts a script file under its own "
+                                  f"Python ({sys.executable}), without interpreter options or -m. Fix: allgpu run "
+                                  "[options] train.py [args]")
+    return script_args[0], script_args[1:]
+
+
 def run(args: argparse.Namespace) -> int:
     from allgpu.runtime import elastic
 
     try:
+        script, script_args = script_and_args(args.script, args.script_args)
         return elastic.run(
-            args.script,
-            args.script_args,
+            script,
+            script_args,
             nproc_per_node=args.nproc_per_node,
             nnodes=args.nnodes,
             rdzv_endpoint=args.rdzv_endpoint,
