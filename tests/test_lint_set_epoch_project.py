@@ -114,3 +114,46 @@ def test_loader_built_by_the_trainers_caller(tmp_path, arg, set_epoch, reported)
     if reported:
         assert "main.py:8" in found[0][1]
     assert [f for f in _pt004(tmp_path / "main.py") if "built with a DistributedSampler in" in f[1]] == []
+
+
+BASE = """
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+class BaseDataset:
+    def _get_sampler(self{param}):
+        {body}
+
+    def iterator(self, **kwargs):
+        return DataLoader(self, batch_size=8, sampler=self._get_sampler({arg}))
+"""
+
+VIDEO = """
+from torch.utils.data import DistributedSampler
+
+from .base import BaseDataset
+
+
+class VideoDataset(BaseDataset):
+    def _get_sampler(self{param}):
+        sampler = DistributedSampler(self, shuffle={shuffle})
+        {set_epoch}
+        return sampler
+"""
+
+
+@pytest.mark.parametrize("fixed,shuffle,reported", [(False, "self.shuffle", True), (True, "self.shuffle", False),
+                                                    (False, "False", False)])
+def test_a_sampler_factory_overriding_the_one_a_base_class_loader_uses(tmp_path, fixed, shuffle, reported):
+    # ClassyVision's video datasets (tuning half a0400/a0401): the base class's iterator() builds a loader per phase
+    # with self._get_sampler(); the subclass returns a new DistributedSampler that nobody gives the epoch
+    param, arg = (", epoch", "epoch=kwargs['epoch']") if fixed else ("", "")
+    base_body = ("s = DistributedSampler(self)\n        s.set_epoch(epoch)\n        return s" if fixed
+                 else "return DistributedSampler(self)")
+    _write(tmp_path, {"pkg/__init__.py": "", "pkg/base.py": BASE.format(param=param, arg=arg, body=base_body),
+                      "pkg/video.py": VIDEO.format(param=param, shuffle=shuffle,
+                                                   set_epoch="sampler.set_epoch(epoch)" if fixed else "pass")})
+    found = _pt004(tmp_path / "pkg/video.py")
+    assert [line for line, _ in found] == ([9] if reported else [])
+    if reported:
+        assert "base.py:10" in found[0][1]

@@ -9,7 +9,11 @@ Two flows, both from the trainer's side (the file with the epoch loop):
   package), and a module of the project (this folder, its two parents, or a folder beside this one) assigns an
   attribute of that name a loader built on a DistributedSampler (asv-subtools' ``libs/egs``, a0304).
 
-Neither is reported when either module calls ``set_epoch`` or runs its own epoch loop, when the sampler does not
+A third: a class here overrides the method that a project base class's loader calls for its sampler
+(``sampler=self._get_sampler()``) and returns a new DistributedSampler each time (ClassyVision's video datasets,
+a0400/a0401).
+
+None is reported when either module calls ``set_epoch`` or runs its own epoch loop, when the sampler does not
 shuffle or is an evaluation sampler, or when the name is not a training loader's (``train_loader``,
 ``train_dataloader``).
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import ast
 
 from allgpu.lint import torch_train
+from allgpu.lint.project import Importer
 from allgpu.lint.resolve import dotted
 
 _WRAPS = ("enumerate", "tqdm", "iter", "zip", "trange", "islice")
@@ -137,3 +142,68 @@ def _from_caller(mod, loop: ast.AST, param: str) -> str | None:
             if s is not None:
                 return _where(fm, s)
     return None
+
+
+def overriding_sampler_factories(mod) -> list[tuple[ast.Call, str]]:
+    """``(sampler call, where)``: a method of a class here returns a new shuffling training DistributedSampler,
+    and a base class of the project (up to three levels, other modules) builds its loader with
+    ``sampler=self.<that method>(...)``; neither module calls ``set_epoch`` (ClassyVision's video datasets
+    override ``_get_sampler`` that ``ClassyDataset.iterator()`` uses each phase, a0400/a0401)."""
+    if mod.importer is None or "set_epoch" in mod.attrs:
+        return []
+    out = []
+    for defs in mod.functions.values():
+        for fn in defs:
+            cls = mod.parent.get(id(fn))
+            if not isinstance(cls, ast.ClassDef) or mod.is_foreign(fn) or not cls.bases:
+                continue
+            made = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
+            made = [v for r in made for v in ([r] if isinstance(r, ast.Call) else mod.values_of(r)[:2])]
+            samplers = [m for m in made if isinstance(m, ast.Call) and _shuffling_training_sampler(mod, m)]
+            where = _base_loader_uses(mod, cls, fn.name, 0) if samplers else None
+            out += [(s, where) for s in samplers if where]
+    return out
+
+
+def _shuffling_training_sampler(fm, s: ast.Call) -> bool:
+    if not (fm.qualname(s.func) or dotted(s.func) or "").endswith("DistributedSampler"):
+        return False
+    shuffle = next((k.value for k in s.keywords if k.arg == "shuffle"), None)
+    return not (isinstance(shuffle, ast.Constant) and shuffle.value is False) and not torch_train.evaluation_sampler(fm, s)
+
+
+def _base_loader_uses(owner, cls: ast.ClassDef, method: str, depth: int, importer=None) -> str | None:
+    importer = importer or owner.importer
+    if depth > 2 or not hasattr(importer, "find_def"):
+        return None
+    for b in cls.bases:
+        qn = owner.qualname(b) or ""
+        module, _, name = qn.rpartition(".")
+        found = importer.find_def(module, name) if module else None
+        if found is None or not isinstance(found[1], ast.ClassDef):
+            continue
+        fm, base = found
+        if "set_epoch" in fm.attrs:
+            return None
+        for call, qn2 in fm.calls:
+            if not (qn2 or dotted(call.func) or "").endswith("DataLoader") or \
+                    not any(a is base for a in fm.ancestors(call)):
+                continue
+            arg = next((k.value for k in call.keywords if k.arg == "sampler"), None)
+            if isinstance(arg, ast.Call) and dotted(arg.func) == f"self.{method}":
+                return _where(fm, call)
+        path = getattr(fm, "path", None)
+        deeper = _base_loader_uses(fm, base, method, depth + 1, Importer(path)) if path is not None else None
+        if deeper:
+            return deeper
+    return None
+
+
+def report_across_modules(ctx) -> None:
+    """PT004's findings from the flows above, in ``ctx``'s file."""
+    for loop, expr, where in caller_built_loaders(ctx.mod):
+        ctx.emit("PT004", loop, f"`{expr}` is built with a DistributedSampler in {where}, and nothing gives it "
+                                "set_epoch(epoch): every epoch shuffles the same way; set it at the start of each epoch")
+    for call, where in overriding_sampler_factories(ctx.mod):
+        ctx.emit("PT004", call, "each call returns a new DistributedSampler, used by the loader the base class builds "
+                                f"in {where}, and nothing gives it set_epoch(epoch): every epoch shuffles the same way")

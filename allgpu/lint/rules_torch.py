@@ -10,7 +10,7 @@ import ast
 import re
 
 from allgpu.lint import bn_models, set_epoch, tfdata, torch_train
-from allgpu.lint.caller_samplers import caller_built_loaders
+from allgpu.lint.caller_samplers import report_across_modules
 from allgpu.lint.accumulation import engine_accumulation, no_sync_around_backward_only, stepped_every_k
 from allgpu.lint.helper_loaders import loaders_used_under_ddp, unsharded_loader_helpers
 from allgpu.lint.helper_saves import object_saves
@@ -205,9 +205,7 @@ def check_pt004(ctx) -> None:
     for call in set_epoch.once_set_epochs(mod):
         ctx.emit("PT004", call, "set_epoch() is called once, not at the start of every epoch: every later epoch "
                                 "shuffles the same way; call it first thing in each epoch (the loop, or an epoch-start hook)")
-    for loop, expr, where in caller_built_loaders(mod):
-        ctx.emit("PT004", loop, f"`{expr}` is built with a DistributedSampler in {where}, and nothing gives it "
-                                "set_epoch(epoch): every epoch shuffles the same way; set it at the start of each epoch")
+    report_across_modules(ctx)
     if "set_epoch" in mod.attrs:
         return
     unused = torch_train.unused_distributed_samplers(mod)
