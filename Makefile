@@ -25,10 +25,11 @@ engine-deps:
 demo: install
 	$(VENV)/bin/allgpu demo
 
-test: install engine-deps  # the unit tier first, and nothing more when it fails; then the docs site; then the process tiers
+test: install engine-deps  # the unit tier first, and nothing more when it fails; then the docs site; then the process
+#   tiers, two test files at a time (pytest-xdist): most of their time is replicas waiting (rendezvous, timeouts)
 	$(PY) -m pytest -q -m unit
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
-	$(PY) -m pytest -q -m "not unit" --durations=25
+	$(PY) -m pytest -q -m "not unit" -n 2 --dist loadfile --durations=25
 
 docs: install  # the documentation site into site/ (open site/index.html)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict

@@ -123,6 +123,8 @@ def script_command() -> list[str]:
     main_file = os.path.basename(os.path.dirname(getattr(main, "__file__", "") or "")) + "/" + \
         os.path.basename(getattr(main, "__file__", "") or "")
     runner = os.path.basename(sys.argv[0] if sys.argv else "")
+    if sys.argv[:1] == ["-c"] and "_pytest.config" in sys.modules:  # a pytest-xdist worker: execnet runs python -c
+        runner = "pytest"
     if main_file in _NOT_SCRIPTS or runner in ("pytest", "py.test", "ipykernel_launcher.py"):
         raise StrategyStartError(
             f"this program is run by {runner or main_file}, not from a training script, so its replicas cannot be "
