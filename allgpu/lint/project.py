@@ -51,17 +51,7 @@ class Importer:
                 files = sorted(p for p in base.glob("*.py") if p.is_file())[:_MAX_USERS_PER_FOLDER]
             except OSError:
                 continue
-            for p in files:
-                try:
-                    if p.resolve() == self.path or p.stat().st_size > _MAX_BYTES:
-                        continue
-                    text = p.read_text(encoding="utf-8", errors="replace")
-                except OSError:
-                    continue
-                if any(n in text for n in names):
-                    fm = _parse(p)
-                    if fm is not None:
-                        out.append(fm)
+            out += self._parsed_if(files, lambda text: any(n in text for n in names))
         return out
 
     def near(self, names: set[str]) -> list:
@@ -80,17 +70,23 @@ class Importer:
             taken += bool(files)  # the first 64 folders that hold modules
             if taken > _MAX_USERS_PER_FOLDER:
                 break
-            for p in files[:_MAX_USERS_PER_FOLDER]:
-                try:
-                    if not p.is_file() or p.stat().st_size > _MAX_BYTES:
-                        continue
-                    text = p.read_text(encoding="utf-8", errors="replace")
-                except OSError:
+            out += self._parsed_if(files[:_MAX_USERS_PER_FOLDER], lambda text: all(n in text for n in names))
+        return out
+
+    def _parsed_if(self, files: list[Path], wanted) -> list:
+        """The parsed modules of ``files`` (not this file, none over 1 MB) whose text ``wanted(text)`` accepts."""
+        out = []
+        for p in files:
+            try:
+                if not p.is_file() or p.resolve() == self.path or p.stat().st_size > _MAX_BYTES:
                     continue
-                if all(n in text for n in names):
-                    fm = _parse(p)
-                    if fm is not None:
-                        out.append(fm)
+                text = p.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if wanted(text):
+                fm = _parse(p)
+                if fm is not None:
+                    out.append(fm)
         return out
 
     def find_def(self, module: str, name: str):
