@@ -39,7 +39,10 @@ class KillReplica1(keras.callbacks.Callback):
             os._exit(3)
 
 backup = keras.callbacks.BackupAndRestore(os.environ.get("BACKUP", "backup"), delete_checkpoint=False)
-history = model.fit(x, y, batch_size=32, epochs=6, shuffle=False, verbose=0, callbacks=[backup, KillReplica1()])
+chief = strategy.is_chief or which == "fully_sharded"  # as moved from Horovod: replica 0's progress and saves
+saves = [keras.callbacks.ModelCheckpoint(os.environ.get("BACKUP", "backup") + "-model.keras")] if chief else []
+history = model.fit(x, y, batch_size=32, epochs=6, shuffle=False, verbose=1 if chief else 0,
+                    callbacks=[backup, KillReplica1(), *saves])
 weights = [float(w.sum()) for w in model.get_weights()]  # on every replica: gathers the shards when sharded
 if strategy.is_chief:
     print("RESULT", json.dumps({"epochs": len(history.history["loss"]), "loss": history.history["loss"],
@@ -57,6 +60,8 @@ def _result(proc):
 
 @pytest.mark.timeout(300)
 def test_same_script_under_one_device_mirrored_and_multi_worker(run_script, tmp_path):
+    """verbose and a ModelCheckpoint on replica 0 only (Horovod's Keras example, moved over): before, the job hung
+    (per-batch metric reductions and the writers' barriers on replica 0 alone)."""
     one = _result(run_script(SCRIPT, "one", env={"BACKUP": str(tmp_path / "b1")}, timeout=240))
     mirrored = _result(run_script(SCRIPT, "mirrored", env={"BACKUP": str(tmp_path / "b2")}, timeout=240))
     script = tmp_path / "script.py"
@@ -65,6 +70,7 @@ def test_same_script_under_one_device_mirrored_and_multi_worker(run_script, tmp_
                          env={**os.environ, "BACKUP": str(tmp_path / "b3")})
     multi = _result(run)
     assert (one["replicas"], mirrored["replicas"], multi["replicas"]) == (1, 2, 2)
+    assert (tmp_path / "b2-model.keras").is_file() and (tmp_path / "b3-model.keras").is_file()  # replica 0's only
     for other in (mirrored, multi):
         assert other["weights"] == pytest.approx(one["weights"], rel=1e-4, abs=1e-5)
         assert other["loss"] == pytest.approx(one["loss"], rel=1e-4)
@@ -105,3 +111,31 @@ def test_same_script_under_fully_sharded_strategy_with_allgpu_run(run_script, tm
     assert sharded["replicas"] == 2
     assert sharded["weights"] == pytest.approx(one["weights"], rel=1e-4, abs=1e-5)
     assert sharded["loss"] == pytest.approx(one["loss"], rel=1e-4)
+
+
+def _one_sided_backup(folder: str) -> str:
+    import keras
+    import numpy as np
+
+    import allgpu
+    from allgpu.errors import UnsupportedError
+
+    strategy = allgpu.MirroredStrategy()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    callbacks = [keras.callbacks.BackupAndRestore(folder)] if strategy.is_chief else []
+    try:
+        model.fit(np.zeros((8, 2)), np.zeros((8, 1)), batch_size=4, epochs=1, verbose=0, callbacks=callbacks)
+    except UnsupportedError as exc:
+        return str(exc)
+    return "trained"
+
+
+@pytest.mark.timeout(120)
+def test_a_backup_given_to_replica_0_alone_is_refused_before_training(tmp_path):
+    """Replica 1 would not restore what replica 0 restores: refused on every replica, naming the fix."""
+    import allgpu
+
+    for message in allgpu.launch(_one_sided_backup, num_replicas=2, args=(str(tmp_path / "backup"),)):
+        assert "BackupAndRestore (every replica restores from it)" in message and "pass them on every" in message

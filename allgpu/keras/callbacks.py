@@ -8,6 +8,13 @@ a collective, so ``ModelCheckpoint`` and ``BackupAndRestore`` run on every repli
 ``BackupAndRestore.on_train_begin``, which restores the backup on every replica. A barrier after each epoch's
 writes (and before a restore) means no replica reads a file replica 0 is still writing. This is
 ``tf.distribute``'s rule for Keras callbacks under ``MultiWorkerMirroredStrategy`` (the chief writes).
+
+Scripts moved from Horovod or DDP give a writer to replica 0 only (``if hvd.rank() == 0:
+callbacks.append(ModelCheckpoint(...))``): the barriers are :class:`Meet` callbacks added when replica 0 has a
+writer, the same on every replica whatever each one was given (before, each wrapper had its own barriers, and a
+writer on replica 0 alone hung the job at the end of the first epoch). What cannot be one-sided is refused before
+training (:func:`agree_writers`): a ``BackupAndRestore`` some replicas lack (each replica restores), and any
+difference under a sharded model (saving gathers from every replica).
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ import shutil
 import tempfile
 
 import keras
+import torch
+
+from allgpu.errors import UnsupportedError
 
 WRITERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore, keras.callbacks.CSVLogger,
            keras.callbacks.TensorBoard)
@@ -42,7 +52,7 @@ class _Wrapping(keras.callbacks.Callback):
 
 
 class ChiefWrites(_Wrapping):
-    """Calls ``inner``'s hooks on replica 0 only (restores everywhere); all replicas meet after each epoch.
+    """Calls ``inner``'s hooks on replica 0 only (restores everywhere); the replicas meet around them (:class:`Meet`).
 
     Args:
         inner: a file-writing Keras callback.
@@ -54,20 +64,17 @@ class ChiefWrites(_Wrapping):
         if self.chief or isinstance(self.inner, keras.callbacks.BackupAndRestore):
             self.inner.set_model(model)  # TensorBoard's writes its graph summary there: replica 0 only
 
-    def on_train_begin(self, logs=None):
-        self.strategy.barrier()  # a backup written by a previous fit on replica 0 is complete
+    def on_train_begin(self, logs=None):  # after Meet's barrier: a backup replica 0 wrote before is complete
         if self.chief or isinstance(self.inner, keras.callbacks.BackupAndRestore):
             self.inner.on_train_begin(logs)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.chief:
             self.inner.on_epoch_end(epoch, logs)
-        self.strategy.barrier()
 
     def on_train_end(self, logs=None):
         if self.chief:
             self.inner.on_train_end(logs)
-        self.strategy.barrier()
 
 
 class EveryReplicaSaves(_Wrapping):
@@ -140,6 +147,52 @@ for _name in ("on_epoch_begin", "on_train_batch_begin", "on_train_batch_end", "o
     setattr(EveryReplicaSaves, _name, _passed_on(_name))
 
 
+class Meet(keras.callbacks.Callback):
+    """Every replica meets replica 0 around its writes: first, before any restore at the start of training; last,
+    after each epoch's writes and after the final ones (so no replica reads a file being written)."""
+
+    def __init__(self, strategy, first: bool):
+        super().__init__()
+        self.strategy = strategy
+        self.first = first
+
+    def on_train_begin(self, logs=None):
+        if self.first:
+            self.strategy.barrier()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self.first:
+            self.strategy.barrier()
+
+    def on_train_end(self, logs=None):
+        if not self.first:
+            self.strategy.barrier()
+
+
+def agree_writers(listed: list, strategy, sharded: bool) -> bool:
+    """Whether replica 0 was given a file-writing callback (then the replicas meet around its writes). A
+    collective (one all-gather of each replica's count of each writer class).
+
+    Raises:
+        UnsupportedError: a ``BackupAndRestore`` given to some replicas only (each replica restores from it), or,
+            under a sharded model, saving callbacks that differ between replicas (saving gathers from all).
+    """
+    mine = torch.tensor([[sum(isinstance(cb, kind) for cb in listed) for kind in WRITERS]], dtype=torch.int64)
+    counts = strategy.gather(mine.to(strategy.device), axis=0).cpu()
+    differs = [r for r in range(counts.shape[0]) if not torch.equal(counts[r], counts[0])]
+    restore = WRITERS.index(keras.callbacks.BackupAndRestore)
+    unequal = [r for r in differs if sharded or bool(counts[r, restore]) != bool(counts[0, restore])]
+    if unequal:
+        what = "saving callbacks (saving a sharded model gathers it from every replica)" if sharded else \
+            "BackupAndRestore (every replica restores from it)"
+        raise UnsupportedError(
+            f"replicas 0 and {unequal[0]} were given different {what}: {counts[0].tolist()} and "
+            f"{counts[unequal[0]].tolist()} of {[k.__name__ for k in WRITERS]}. Fix: pass them on every replica "
+            "(allgpu writes their files from replica 0 only); only ModelCheckpoint, CSVLogger and TensorBoard may be "
+            "given to replica 0 alone.")
+    return bool(counts[0].sum())
+
+
 class EpochSync(keras.callbacks.Callback):
     """Tells the sharded input which epoch starts, so its shuffle order is ``seed + epoch`` on every replica
     (also after ``BackupAndRestore`` resumes at a later epoch)."""
@@ -154,7 +207,8 @@ class EpochSync(keras.callbacks.Callback):
 
 def wrap_callbacks(callbacks, strategy, train_input,
                    sharded: bool = False) -> list | keras.callbacks.CallbackList | None:
-    """The user's callbacks with file writers wrapped (several replicas) and the epoch sync added (training).
+    """The user's callbacks with file writers wrapped (several replicas) and the epoch sync added (training). A
+    collective with several replicas (:func:`agree_writers`).
 
     A ``CallbackList`` (Keras passes one from ``fit`` to ``evaluate``) is returned unchanged.
 
@@ -165,11 +219,15 @@ def wrap_callbacks(callbacks, strategy, train_input,
         return callbacks
     wrapped = []
     many = strategy.num_replicas_in_sync > 1
-    for cb in list(callbacks or []):
+    listed = list(callbacks or [])
+    meet = many and agree_writers(listed, strategy, sharded)
+    for cb in listed:
         if sharded and isinstance(cb, SAVERS) and many:
             wrapped.append(EveryReplicaSaves(cb, strategy))
             continue
         wrapped.append(ChiefWrites(cb, strategy) if many and isinstance(cb, WRITERS) else cb)
+    if meet:
+        wrapped = [Meet(strategy, first=True), *wrapped, Meet(strategy, first=False)]
     if train_input is not None:
         wrapped.insert(0, EpochSync(train_input))
     return wrapped

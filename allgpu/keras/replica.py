@@ -231,6 +231,11 @@ class KerasReplica:
         mine = int(np.random.randint(0, 2**31 - 1)) if self.rank == 0 else 0
         return int(self.strategy.reduce("sum", torch.tensor(mine, dtype=torch.int64)))
 
+    def _agreed(self, shows: bool) -> bool:
+        # per-batch metrics are reduced when any replica shows or reads them: a script moved from Horovod passes
+        # verbose=1 on replica 0 only, and a reduce on one replica alone would wait for ever. A collective.
+        return shows if self.world == 1 else bool(self._all_reduce([int(shows)], "max")[0])
+
     def _verbose(self, verbose):
         return verbose if self.rank == 0 else 0
 
@@ -258,8 +263,8 @@ class KerasReplica:
             check_same_data(val, self.strategy, "fit(validation_data=...)")
         self._prepare(train)
         self._train_input, self._eval_input, self._fitting = train, val, True
-        self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_train_batch_end", "on_batch_end",
-                                             "on_test_batch_end")
+        self._batch_logs = self._agreed(_shows_batch_logs(verbose, callbacks, "on_train_batch_end", "on_batch_end",
+                                                          "on_test_batch_end"))
         try:
             return self._fit(self.model, train, epochs=epochs, verbose=self._verbose(verbose),
                              callbacks=wrap_callbacks(callbacks, self.strategy, train, self._sharded()),
@@ -295,7 +300,7 @@ class KerasReplica:
             check_same_data(x, self.strategy, "evaluate")
             self._prepare(x)
             self._eval_input = x
-            self._batch_logs = _shows_batch_logs(verbose, callbacks, "on_test_batch_end")
+            self._batch_logs = self._agreed(_shows_batch_logs(verbose, callbacks, "on_test_batch_end"))
             y = sample_weight = batch_size = None
             callbacks = wrap_callbacks(callbacks, self.strategy, None, self._sharded())
         return self._evaluate(self.model, x, y, batch_size=batch_size, verbose=self._verbose(verbose),
@@ -356,7 +361,7 @@ class KerasReplica:
 
 def _shows_batch_logs(verbose, callbacks, *hooks: str) -> bool:
     """Whether a progress bar (``verbose`` 1 or "auto") or a callback overriding one of ``hooks`` reads each
-    batch's logs. Decided from the call's arguments, identical on every replica."""
+    batch's logs, on this replica (:meth:`KerasReplica._agreed` makes it one answer for all)."""
     if verbose in (1, "auto", True):
         return True
     from keras.src.utils.python_utils import is_default
