@@ -85,25 +85,57 @@ def test_two_launchers_are_two_nodes(tmp_path):
     assert sorted(r["local_rank"] for r in recs) == [0, 0, 1, 1]
 
 
-@pytest.mark.timeout(90)
-@pytest.mark.xfail(strict=False, reason="known intermittent hang, unexplained (1 of 3 full runs on 2026-11-23): after "
-                   "the chief's replica 1 is SIGKILLed the two TF_CONFIG nodes sometimes never finish the restart; "
-                   "listed in the README's Not done yet; it normally passes in about 8 s")
-def test_tf_config_nodes_follow_task_order_and_restart(tmp_path):
-    # static rendezvous (fixed node ranks): replica 1 on the chief is SIGKILLed once; both nodes restart
-    script = write(tmp_path, "train.py", KILL_ONCE)
+LATE_WORKER_NODE = """
+import os, sys, time
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and int(os.environ["RANK"]) >= 2:
+    # the worker node reads the store address of attempt 0 only once the chief has begun attempt 1 (its rank 0,
+    # the host of attempt 0's store, is gone): as when its replicas start a few seconds late on a loaded machine
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(sys.argv[1], "attempt1")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "1" and os.environ["RANK"] == "0":
+    open(os.path.join(sys.argv[1], "attempt1"), "w").close()
+""" + KILL_ONCE
+
+
+def tf_config_nodes(tmp_path, code: str) -> dict[str, str]:
+    """Chief and worker nodes from one TF_CONFIG, 2 CPU replicas each, ``--max-restarts 1``; their outputs."""
+    script = write(tmp_path, "train.py", code)
     cluster = {"chief": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
     procs = {
         role: start("--tf-config", "--cpu-replicas", "2", "--max-restarts", "1", str(script), str(tmp_path),
                     env={"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": role, "index": 0}})})
         for role in ("worker", "chief")  # the worker starts first, yet the chief is node 0
     }
-    outputs = {role: p.communicate(timeout=80)[0] for role, p in procs.items()}
+    try:
+        outputs = {role: p.communicate(timeout=80)[0] for role, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
     assert all(p.returncode == 0 for p in procs.values()), outputs
+    return outputs
+
+
+@pytest.mark.timeout(90)
+def test_tf_config_nodes_follow_task_order_and_restart(tmp_path):
+    # static rendezvous (fixed node ranks): replica 1 on the chief is SIGKILLed once; both nodes restart
+    tf_config_nodes(tmp_path, KILL_ONCE)
     recs = records(tmp_path)
     assert [r["rank"] for r in recs] == [0, 1, 2, 3]
     assert all(r["world"] == 4 and r["sum"] == 10.0 and r["source"] == "TF_CONFIG" for r in recs)
     assert all(r["restart"] == 1 for r in recs)
+
+
+@pytest.mark.timeout(90)
+def test_tf_config_node_that_reads_a_finished_attempt_restarts_too(tmp_path):
+    # The hang of 2026-11-23: the worker node's replicas looked up attempt 0's store after the chief had stopped
+    # its host, then retried that dead port for 30 min while the chief's attempt 1 waited for them.
+    outputs = tf_config_nodes(tmp_path, LATE_WORKER_NODE)
+    recs = records(tmp_path)
+    assert [r["rank"] for r in recs] == [0, 1, 2, 3]
+    assert all(r["world"] == 4 and r["sum"] == 10.0 and r["restart"] == 1 for r in recs)
+    assert "ends attempt 0: another node restarted the job (attempt 1 began there)" in outputs["worker"]
 
 
 @pytest.mark.timeout(60)

@@ -265,7 +265,7 @@ def plan(
         local_addr=local_addr,
         max_restarts=max_restarts,
         monitor_interval=float(monitor_interval),
-        # A fresh store per attempt (allgpu.runtime.replica_main.use_fresh_store): restarts need it.
+        # A fresh store per attempt (allgpu.runtime.attempt_store.use_fresh_store): restarts need it.
         worker_env=launch_env.worker_variables(cpu_only=on_cpu, cluster_source=cluster_source,
                                                fresh_store=backend == "static"),
         argv=("-m", "allgpu.runtime.replica_main", script, *args),
