@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -44,9 +45,12 @@ saves = [keras.callbacks.ModelCheckpoint(os.environ.get("BACKUP", "backup") + "-
 history = model.fit(x, y, batch_size=32, epochs=6, shuffle=False, verbose=1 if chief else 0,
                     callbacks=[backup, KillReplica1(), *saves])
 weights = [float(w.sum()) for w in model.get_weights()]  # on every replica: gathers the shards when sharded
+strategy.barrier()  # together, so their lines meet on the shared stdout: each must reach it whole
+for i in range(200):
+    print("LINE", strategy.replica_id_in_sync, "x" * 20, i)
 if strategy.is_chief:
     print("RESULT", json.dumps({"epochs": len(history.history["loss"]), "loss": history.history["loss"],
-                                "weights": weights,
+                                "weights": weights, "write_through": sys.stdout.write_through,
                                 "replicas": strategy.num_replicas_in_sync}))
 '''
 
@@ -67,8 +71,11 @@ def test_same_script_under_one_device_mirrored_and_multi_worker(run_script, tmp_
     script = tmp_path / "script.py"
     run = subprocess.run([sys.executable, "-m", "allgpu.cli.main", "run", "--cpu-replicas", "2", str(script),
                           "multi_worker"], capture_output=True, text=True, timeout=240, cwd=tmp_path,
-                         env={**os.environ, "BACKUP": str(tmp_path / "b3")})
+                         env={**os.environ, "BACKUP": str(tmp_path / "b3"), "PYTHONUNBUFFERED": "1"})
     multi = _result(run)
+    lines = [line for line in run.stdout.splitlines() if "LINE" in line]  # PYTHONUNBUFFERED=1, as in many images:
+    assert len(lines) == 400 and all(re.fullmatch(r"LINE [01] x{20} \d+", line) for line in lines)  # were cut
+    assert multi["write_through"] is False  # a print() is several writes: under PYTHONUNBUFFERED, one each
     assert (one["replicas"], mirrored["replicas"], multi["replicas"]) == (1, 2, 2)
     assert (tmp_path / "b2-model.keras").is_file() and (tmp_path / "b3-model.keras").is_file()  # replica 0's only
     for other in (mirrored, multi):

@@ -25,8 +25,8 @@ def main(argv: list[str]) -> None:
         watch = use_fresh_store()  # a store for this attempt; ends this replica if another node restarts the job
     # Line-buffered, not unbuffered (`python -u`): a line reaches the terminal as soon as it ends, in one write,
     # so the replicas' lines on the shared terminal never cut into each other ("valval 1.0\n 1.0\n").
-    sys.stdout.reconfigure(line_buffering=True)
-    sys.stderr.reconfigure(line_buffering=True)
+    sys.stdout.reconfigure(line_buffering=True, write_through=False)  # PYTHONUNBUFFERED=1 (common in images) set it
+    sys.stderr.reconfigure(line_buffering=True, write_through=False)
     script = argv[0]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
