@@ -67,15 +67,18 @@ def test_same_script_under_one_device_mirrored_and_multi_worker(run_script, tmp_
     """verbose and a ModelCheckpoint on replica 0 only (Horovod's Keras example, moved over): before, the job hung
     (per-batch metric reductions and the writers' barriers on replica 0 alone)."""
     one = _result(run_script(SCRIPT, "one", env={"BACKUP": str(tmp_path / "b1")}, timeout=240))
-    mirrored = _result(run_script(SCRIPT, "mirrored", env={"BACKUP": str(tmp_path / "b2")}, timeout=240))
+    mirrored_run = run_script(SCRIPT, "mirrored", env={"BACKUP": str(tmp_path / "b2"), "PYTHONUNBUFFERED": "1"},
+                              timeout=240)
+    mirrored = _result(mirrored_run)
     script = tmp_path / "script.py"
     run = subprocess.run([sys.executable, "-m", "allgpu.cli.main", "run", "--cpu-replicas", "2", str(script),
                           "multi_worker"], capture_output=True, text=True, timeout=240, cwd=tmp_path,
                          env={**os.environ, "BACKUP": str(tmp_path / "b3"), "PYTHONUNBUFFERED": "1"})
     multi = _result(run)
-    lines = [line for line in run.stdout.splitlines() if "LINE" in line]  # PYTHONUNBUFFERED=1, as in many images:
-    assert len(lines) == 400 and all(re.fullmatch(r"LINE [01] x{20} \d+", line) for line in lines)  # were cut
-    assert multi["write_through"] is False  # a print() is several writes: under PYTHONUNBUFFERED, one each
+    for proc, result in ((mirrored_run, mirrored), (run, multi)):  # launch-free and allgpu run
+        lines = [line for line in proc.stdout.splitlines() if "LINE" in line]  # PYTHONUNBUFFERED=1, as in images:
+        assert len(lines) == 400 and all(re.fullmatch(r"LINE [01] x{20} \d+", line) for line in lines)  # were cut
+        assert result["write_through"] is False  # a print() is several writes: under PYTHONUNBUFFERED, one each
     assert (one["replicas"], mirrored["replicas"], multi["replicas"]) == (1, 2, 2)
     assert (tmp_path / "b2-model.keras").is_file() and (tmp_path / "b3-model.keras").is_file()  # replica 0's only
     for other in (mirrored, multi):

@@ -32,7 +32,7 @@ from allgpu.runtime import env as launch_env
 from allgpu.runtime.cluster import ClusterSpec
 from allgpu.runtime.engines import Cluster, discover, launcher
 from allgpu.runtime.process_group import init_process_group, init_solo_group, release_solo_group, solo_group
-from allgpu.runtime.replicas import ScriptReplicas, install_replica_excepthook
+from allgpu.runtime.replicas import ScriptReplicas, install_replica_excepthook, whole_lines
 from allgpu.runtime.threads import threads_per_replica
 
 FALLBACKS = ("one_device", "error")
@@ -115,6 +115,8 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
         if solo_group():  # a one-replica strategy made before the engine's variables were set
             release_solo_group(force=True)
         install_replica_excepthook(spec.rank, launched.error_dir)
+        if launched.error_dir:  # a replica allgpu started (launch-free, or allgpu run): its stdout is shared
+            whole_lines()
         device = launched_device(spec.local_rank, launched)
         # torchrun's variables name the rendezvous (under torchrun: the agent's store); an engine such as Slurm
         # names it only through its own variables, read into spec.

@@ -15,6 +15,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.attempt_store import use_fresh_store
 from allgpu.runtime.interrupt import SIGINT_WORDS, checkpoint_note
+from allgpu.runtime.replicas import whole_lines
 
 
 @record
@@ -23,10 +24,7 @@ def main(argv: list[str]) -> None:
     watch = None
     if launch_env.read().fresh_store and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         watch = use_fresh_store()  # a store for this attempt; ends this replica if another node restarts the job
-    # Line-buffered, not unbuffered (`python -u`): a line reaches the terminal as soon as it ends, in one write,
-    # so the replicas' lines on the shared terminal never cut into each other ("valval 1.0\n 1.0\n").
-    sys.stdout.reconfigure(line_buffering=True, write_through=False)  # PYTHONUNBUFFERED=1 (common in images) set it
-    sys.stderr.reconfigure(line_buffering=True, write_through=False)
+    whole_lines()  # the replicas' lines on the shared terminal never cut into each other ("valval 1.0\n 1.0\n")
     script = argv[0]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))

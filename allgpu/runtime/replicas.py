@@ -48,6 +48,16 @@ def error_file(error_dir: str, rank: int) -> Path:
     return Path(error_dir) / f"replica-{rank}.txt"
 
 
+def whole_lines() -> None:
+    """Line-buffered stdout and stderr that are not write-through: a line reaches the shared terminal or pipe when
+    it ends, in one write, so the replicas' lines never cut into each other ("LINELINE 0 ..."). Block buffering (a
+    pipe) cuts lines at 8 KiB boundaries, and write-through (``PYTHONUNBUFFERED=1``, set in many images) makes every
+    piece of a ``print`` its own write. Process-wide: see docs/architecture.md."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):  # a TextIOWrapper; a notebook's or a test's stand-in stays as it is
+            stream.reconfigure(line_buffering=True, write_through=False)
+
+
 def install_replica_excepthook(rank: int, error_dir: str | None) -> None:
     """Make an uncaught exception in replica ``rank`` leave its traceback where the supervisor finds it."""
     if not error_dir:
@@ -175,6 +185,7 @@ class ScriptReplicas:
 
     def start(self) -> None:
         command = script_command()
+        whole_lines()  # replica 0 shares its stdout with the replicas it starts
         for rank in range(1, len(self.devices)):
             env = {**os.environ, **launch_env.replica_variables(
                 rank, [str(d) for d in self.devices], self.port, self.error_dir, self.timeout_s, **self.placement)}
