@@ -39,7 +39,7 @@ def caller_built_loaders(mod) -> list[tuple[ast.AST, str, str]]:
     distributed = any(w in mod.source for w in _DIST_WORDS)
     out = []
     for outer in mod.loops:
-        if not _names_epoch(outer) or mod.is_foreign(outer):
+        if not torch_train.epoch_loop(outer) or mod.is_foreign(outer):
             continue
         for inner in ast.walk(outer):
             if inner is outer or not isinstance(inner, (ast.For, ast.AsyncFor)):
@@ -57,11 +57,6 @@ def caller_built_loaders(mod) -> list[tuple[ast.AST, str, str]]:
             if where:
                 out.append((inner, dotted(it), where))
     return out
-
-
-def _names_epoch(loop: ast.AST) -> bool:
-    head = loop.test if isinstance(loop, ast.While) else ast.Tuple(elts=[loop.target, loop.iter])
-    return any("epoch" in (dotted(n) or "").lower() for n in ast.walk(head) if isinstance(n, (ast.Name, ast.Attribute)))
 
 
 def _unwrap(node: ast.expr) -> ast.expr:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 
 from allgpu.lint.resolve import dotted
+from allgpu.lint.torch_train import epoch_loop, names_epoch
 
 _SELF_SETTING = ("lightning", "pytorch_lightning", "accelerate", "composer", "transformers.Trainer",
                  "transformers.trainer", "ray.train", "determined")
@@ -50,10 +51,8 @@ def runs_epochs(mod, fn: ast.AST | None = None) -> bool:
     """``fn`` (or the file) holds an epoch loop (``for epoch in range(n)``) or a run of several epochs
     (``trainer.run(loader, max_epochs=n)``)."""
     loops = [lp for lp in mod.loops if fn is None or _inside(mod, lp, fn)]
-    for loop in loops:
-        head = loop.test if isinstance(loop, ast.While) else ast.Tuple(elts=[loop.target, loop.iter])
-        if any("epoch" in (dotted(n) or "").lower() for n in ast.walk(head) if isinstance(n, (ast.Name, ast.Attribute))):
-            return True
+    if any(epoch_loop(loop) for loop in loops):
+        return True
     for call, _ in mod.calls:
         if (fn is None or _inside(mod, call, fn)) and any(k.arg in _EPOCH_KWARGS for k in call.keywords) and \
                 isinstance(call.func, ast.Attribute) and call.func.attr in ("run", "fit", "train"):
@@ -111,7 +110,6 @@ def reseeded_each_epoch(mod, sampler: ast.Call) -> bool:
     """``DistributedSampler(ds, seed=base + epoch)`` (a seed naming the epoch) built at every epoch (in a loop,
     or a function called from one): each epoch draws a new permutation without set_epoch."""
     seed = next((k.value for k in sampler.keywords if k.arg == "seed"), None)
-    if seed is None or not any("epoch" in (dotted(n) or "").lower() for n in ast.walk(seed)
-                               if isinstance(n, (ast.Name, ast.Attribute))):
+    if seed is None or not names_epoch(seed):
         return False  # ``seed=args.seed``: the same seed every time
     return any(isinstance(a, _LOOPS) for a in mod.ancestors(sampler)) or _per_epoch(mod, sampler, 0)

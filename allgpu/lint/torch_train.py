@@ -237,13 +237,19 @@ def unused_distributed_samplers(mod) -> list[ast.Call]:
     return out
 
 
-def has_epoch_loop(mod) -> bool:
+def names_epoch(node: ast.AST) -> bool:
+    """A name or attribute in ``node`` says epoch (``epoch``, ``args.num_epochs``, ``self.cur_epoch``)."""
+    return any("epoch" in (dotted(n) or "").lower() for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)))
+
+
+def epoch_loop(loop: ast.AST) -> bool:
     """A ``for``/``while`` loop whose head names an epoch (``for epoch in range(n)``)."""
-    for loop in mod.loops:
-        head = loop.test if isinstance(loop, ast.While) else ast.Tuple(elts=[loop.target, loop.iter])
-        if any("epoch" in (dotted(n) or "").lower() for n in ast.walk(head) if isinstance(n, (ast.Name, ast.Attribute))):
-            return True
-    return False
+    return names_epoch(loop.test if isinstance(loop, ast.While) else ast.Tuple(elts=[loop.target, loop.iter]))
+
+
+def has_epoch_loop(mod) -> bool:
+    """The file holds an epoch loop (:func:`epoch_loop`)."""
+    return any(epoch_loop(loop) for loop in mod.loops)
 
 
 def fresh_samplers(mod) -> list[ast.Call]:
