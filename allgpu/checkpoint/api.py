@@ -41,6 +41,7 @@ from allgpu.runtime.interrupt import note_checkpoints
 FORMAT = 1
 # id of the default group -> (that group, the Gloo group for its background sharded writes)
 _ASYNC_GROUPS: dict[int, tuple[Any, Any]] = {}
+_STAGING = StagingBuffers()  # reused by every background save of this process
 
 
 @atexit.register
@@ -49,7 +50,6 @@ def _release_async_groups() -> None:
     final teardown can be destroyed with its worker threads still joinable (``terminate called without an active
     exception``, SIGABRT after the script ended, 1 run in 8 on 4 CPU replicas)."""
     _ASYNC_GROUPS.clear()
-_STAGING = StagingBuffers()  # reused by every background save of this process
 
 
 def _validate(directory, model, optimizer, epoch, step, data_state, extra, keep) -> Path:

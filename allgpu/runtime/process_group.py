@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
-import atexit
 
 from allgpu.runtime.cluster import ClusterSpec
 from allgpu.runtime.gloo_drain import wait_for_gloo_workers
