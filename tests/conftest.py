@@ -16,6 +16,12 @@ for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "A
             "SLURM_STEPID", "PET_NNODES", "PET_NODE_RANK", "SKYPILOT_NODE_RANK"):
     os.environ.pop(key, None)
 
+# Keras on its PyTorch backend, the one allgpu distributes, for the whole session and every process it starts
+# (a Keras script a test runs without naming a backend would otherwise take ~/.keras/keras.json's or Keras'
+# default, tensorflow). Before, tests/test_keras.py set it at import, so a test passed only when that file was
+# collected too.
+os.environ.setdefault("KERAS_BACKEND", "torch")
+
 REPO = Path(__file__).resolve().parents[1]
 
 

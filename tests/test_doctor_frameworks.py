@@ -136,7 +136,7 @@ def test_this_machine_shows_tensorflow_beside_pytorch(capsys):
     assert fw.tensorflow.version.startswith("2.")
     assert fw.tensorflow.built_with_cuda is False and fw.tensorflow.gpus == ()
     assert fw.system == platform.system()
-    # KERAS_BACKEND picks Keras's backend (the Keras tests set it to torch for the whole session); default tensorflow
+    # KERAS_BACKEND picks Keras's backend (tests/conftest.py sets it to torch for the whole session); default tensorflow
     assert fw.keras is not None and fw.keras.backend == os.environ.get("KERAS_BACKEND", "tensorflow")
     if not data["reading"]["gpus"]:  # the CPU-only CI machine: a CPU build with no GPU lost is only info
         assert {"id": "cpu-build", "severity": "info"}.items() <= next(

@@ -2,8 +2,6 @@
 
 import os
 
-os.environ.setdefault("KERAS_BACKEND", "torch")
-
 import numpy as np
 import pytest
 
