@@ -36,6 +36,23 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def held_store(host: str, timeout_s: float):
+    """A rendezvous store server that rank 0 of a job on this machine hosts on a port the OS picked and that stays
+    bound: no other program can take the port between the choice and ``init_process_group`` (as it can with
+    :func:`free_port`). Multi-tenant, so rank 0's ``init_process_group(init_method="tcp://host:port")`` reuses this
+    server instead of binding the port again; the other replicas connect to it as clients. ``.port`` is the port.
+
+    Raises:
+        RuntimeError: from :class:`torch.distributed.TCPStore` (no port could be bound on ``host``).
+    """
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    return TCPStore(host, 0, is_master=True, multi_tenant=True, wait_for_workers=False,
+                    timeout=timedelta(seconds=timeout_s))
+
+
 _STOPPED: list[bool] = []  # set once this process stopped its replicas (they will never leave the job cleanly)
 
 
@@ -170,7 +187,10 @@ class ScriptReplicas:
                  world_size: int | None = None, master_addr: str = "127.0.0.1", master_port: int | None = None):
         self.devices = list(devices)
         self.placement = dict(rank_offset=rank_offset, world_size=world_size, master_addr=master_addr)
-        self.port = master_port or free_port()
+        # Rank 0 of a job on this machine alone hosts the store on a port held from now on; a worker of a
+        # multi-worker job is told the chief's address and port.
+        self._store = held_store(master_addr, timeout_s) if master_port is None and rank_offset == 0 else None
+        self.port = master_port or (self._store.port if self._store is not None else free_port())
         self.error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
         self.timeout_s = timeout_s
         self.failure: ReplicaFailedError | None = None
@@ -213,6 +233,7 @@ class ScriptReplicas:
     def joined(self) -> None:
         """The job's rendezvous completed; a replica exiting with 0 from now on has simply finished."""
         self._joined = True
+        self._store = None  # the process group's own store keeps the server it shares alive
 
     def _watch(self) -> None:
         while not self._stopping:
@@ -287,6 +308,7 @@ class ScriptReplicas:
 
     def stop(self) -> None:
         self._stopping = True
+        self._store = None
         _STOPPED.append(True)
         for proc in self._procs.values():
             if proc.poll() is None:
