@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 
@@ -65,3 +67,29 @@ def test_accumulate_rejects_bad_k():
     strategy = allgpu.OneDeviceStrategy("/cpu:0")
     with pytest.raises(ValueError, match="positive integer"):
         strategy.accumulate(0)
+
+
+def test_checkpoint_saved_inside_an_accumulation_cycle_warns(tmp_path):
+    # Accelerate's checkpointing example saves every N batches whatever the accumulation: resumed from a save
+    # between micro-batches, the pending gradients are lost and the run silently differs from one never stopped.
+    from allgpu import checkpoint
+
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    try:
+        with strategy.scope():
+            model = torch.nn.Linear(3, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        acc = strategy.accumulate(2)
+        with pytest.warns(RuntimeWarning, match=r"micro-batch 1 of 2 of strategy.accumulate\(2\).*multiple of 2"):
+            with acc:
+                model(torch.ones(4, 3)).sum().backward()
+            checkpoint.save(tmp_path, model=model, optimizer=optimizer, step=1)
+        with acc:
+            model(torch.ones(4, 3)).sum().backward()
+        assert acc.sync_step
+        optimizer.step()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # at a step boundary: silent
+            checkpoint.save(tmp_path, model=model, optimizer=optimizer, step=2)
+    finally:
+        strategy.close()

@@ -21,7 +21,7 @@ from torch import nn
 import allgpu
 from allgpu.checkpoint import collective, sharded, sharded_model, store, tf_layout
 from allgpu.checkpoint.format import CorruptCheckpointError, read_file, write_file
-from allgpu.checkpoint.preflight import directory_error
+from allgpu.checkpoint.preflight import directory_error, warn_open_accumulation
 from allgpu.checkpoint.pending import PendingCheckpoint, track, wait_pending
 from allgpu.checkpoint.state import (
     CheckpointState,
@@ -72,6 +72,7 @@ def _validate(directory, model, optimizer, epoch, step, data_state, extra, keep)
     if optimizer is not None:  # an exotic hyper-parameter object would only fail at restore time
         check_plain(optimizer.state_dict()["param_groups"], "optimizer.state_dict()['param_groups']")
     note_checkpoints(lambda: newest_on_disk(directory))  # from now on an interrupt names the newest one
+    warn_open_accumulation("checkpoint.save", collective.rank())
     return Path(directory)
 
 

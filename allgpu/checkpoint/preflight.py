@@ -6,7 +6,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from allgpu.errors import CheckpointError
+from allgpu.errors import CheckpointError, warn_user
+from allgpu.runtime.live import live
 
 
 def directory_error(directory, exc: OSError) -> CheckpointError:
@@ -40,3 +41,23 @@ def check_directory(directory) -> Path:
     except OSError as exc:
         raise directory_error(path, exc) from exc
     return path
+
+
+def warn_open_accumulation(call: str, rank: int) -> None:
+    """Warn (on replica 0) when ``call`` saves in the middle of a ``strategy.accumulate(k)`` cycle.
+
+    The gradients of the micro-batches since the last optimizer step are in ``.grad`` (per replica, not yet
+    all-reduced) and are not saved, so a run resumed from this checkpoint trains differently from one never
+    stopped; ``fit`` saves only at step boundaries, so this concerns custom loops. Not a collective.
+    """
+    for strategy, _site in live():
+        opened = strategy.open_accumulation() if hasattr(strategy, "open_accumulation") else None
+        if opened and rank == 0:
+            pending, k = opened
+            warn_user(
+                f"{call} ran after micro-batch {pending} of {k} of strategy.accumulate({k}): the gradients of the "
+                f"{pending} micro-batch{'es' if pending > 1 else ''} since the last optimizer step are not in the "
+                "checkpoint, so a run resumed from it trains differently from one never stopped. Fix: save when "
+                f"acc.sync_step is True (after optimizer.step()), e.g. every N micro-batches with N a multiple of {k}.",
+                RuntimeWarning)
+            return

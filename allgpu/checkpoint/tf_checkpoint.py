@@ -20,7 +20,7 @@ from typing import Any
 import allgpu
 from allgpu.checkpoint import collective, tf_layout, trackables
 from allgpu.checkpoint.format import CorruptCheckpointError, read_file, write_file
-from allgpu.checkpoint.preflight import directory_error
+from allgpu.checkpoint.preflight import directory_error, warn_open_accumulation
 from allgpu.errors import ArgumentTypeError, CheckpointError
 from allgpu.runtime.live import check_supported, mirror_pending
 
@@ -134,6 +134,7 @@ class Checkpoint:
     def _write(self, path: str, *, record: bool, keep: list[str] | None = None) -> str:
         check_supported("checkpoint")
         mirror_pending()  # inside an open scope(): the first use of what it built
+        warn_open_accumulation("Checkpoint.save" if record else "Checkpoint.write", collective.rank())
         if not isinstance(path, str) or not path:
             raise ArgumentTypeError(f"Checkpoint.save(file_prefix={path!r}): expected a file path prefix.")
         for name, obj in self._objects.items():

@@ -50,6 +50,11 @@ class Accumulation:
     def __exit__(self, *exc) -> None:
         self._sync.enabled, self._sync.divisor = self._saved
 
+    @property
+    def open_micro_batches(self) -> int:
+        """Micro-batches whose gradients sit in ``.grad`` waiting for the k-th (0 at a step boundary)."""
+        return self.micro_step % self.k
+
     def reset(self) -> None:
         """Start counting afresh (e.g. at an epoch boundary with leftover micro-batches)."""
         self.micro_step = 0

@@ -247,6 +247,10 @@ class Strategy(ScopeVariables, TFNames):
             self._accumulations[k] = Accumulation(self._sync, k)
         return self._accumulations[k]
 
+    def open_accumulation(self) -> tuple[int, int] | None:
+        """``(micro-batches pending, k)`` of an ``accumulate(k)`` cycle in progress, or None at a step boundary."""
+        return next(((a.open_micro_batches, a.k) for a in self._accumulations.values() if a.open_micro_batches), None)
+
     def optimizer_in_backward(self, optimizer: torch.optim.Optimizer | None):
         """Step ``optimizer`` inside every synchronising backward, one gradient bucket at a time, as soon as that
         bucket's all-reduce completes (:mod:`allgpu.core.optim_backward`); ``None`` turns it off.
