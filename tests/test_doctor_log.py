@@ -115,6 +115,20 @@ def test_torch_oom_figures_tell_the_jobs_own_memory_from_memory_others_hold():
     assert causes(others) == ("memory-held",)
 
 
+def test_an_out_of_memory_while_the_model_is_built_or_moved_is_memory_others_hold():
+    # The job holds nothing yet while torch.nn builds parameters or Module._apply moves them: a GPU already full.
+    building = ('Traceback (most recent call last):\n  File "train.py", line 12, in <module>\n    net = Net()\n'
+                '  File "/opt/lib/python3.8/site-packages/torch/nn/modules/linear.py", line 96, in __init__\n'
+                '    self.weight = Parameter(torch.empty((out_features, in_features), **factory_kwargs))\n'
+                "RuntimeError: CUDA error: out of memory")
+    training = ('Traceback (most recent call last):\n  File "train.py", line 40, in <module>\n    loss.backward()\n'
+                '  File "/opt/lib/python3.8/site-packages/torch/autograd/__init__.py", line 197, in backward\n'
+                "RuntimeError: CUDA error: out of memory")
+    assert causes(building) == ("memory-held", "out-of-memory")
+    assert causes(training) == ("out-of-memory", "memory-held")
+    assert causes("RuntimeError: CUDA error: out of memory") == ("out-of-memory", "memory-held")
+
+
 def _tf_devices(n: int) -> str:
     return "".join(f"2024-01-01 10:00:0{i}.0: I tensorflow/core/common_runtime/gpu/gpu_device.cc:1886] Created "
                    f"device /job:localhost/replica:0/task:0/device:GPU:{i} with 78000 MB memory:  -> device: {i}, "

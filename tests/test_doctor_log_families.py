@@ -30,13 +30,20 @@ def verdict(text: str):
     ("Failed to load the library 'C:\\tools\\cufftw64_11.dll'", "missing-cuda-libs"),
     ("warning: unable to locate libnvrtc-builtins.so.12.4 in the search path", "missing-cuda-libs"),
     ("setup: CUDA toolkit not installed, the extension cannot run", "missing-cuda-libs"),
+    ("loader: unable to load any of {libcublasLt.so.12.3, libcublasLt.so.12, libcublasLt.so}", "missing-cuda-libs"),
+    ("error: cublas Lt64_12.dll is not found", "missing-cuda-libs"),  # a CUDA library's name split in two words
+    ("Bad handle. Could not load symbol cufftPlanMany", "missing-cuda-libs"),
+    ("installer: did not detect CUDA on this computer", "missing-cuda-libs"),
     # the driver's own library, or no driver at all
     ("panic: could not open nvml.dll: The specified module could not be found", "no-driver"),
     ("startup: NVIDIA driver is not loaded on this host", "no-driver"),
+    ("gpu probe: unable to load NVIDIA driver library libcuda.so.1", "no-driver"),
+    ("display server: could not load the NVIDIA kernel module", "no-driver"),
     # the GPU's architecture missing from the build
     ("ERROR: CUDA kernel foo has no device code compatible with CUDA arch 610. bar.cu was compiled for: 700,800",
      "unsupported-compute-capability"),
     ("fatal: sm_35 is not compatible with this release", "unsupported-compute-capability"),
+    ("ptxas fatal   : Value 'sm_130' is not defined for option 'gpu-name'", "unsupported-compute-capability"),
     ("warning: your GPU is too old for this release", "unsupported-compute-capability"),
     ("the GPU's compute capability 3.0 is below the minimum required compute capability of 3.5",
      "unsupported-compute-capability"),
@@ -44,6 +51,8 @@ def verdict(text: str):
     ("ImportError: /opt/x/libfoo.so: undefined symbol: cublasLtGetVersion", "cuda-version-mismatch"),
     ("please update your NVIDIA driver: it is older than this build's CUDA", "cuda-version-mismatch"),
     ("ImportError: /usr/lib/libcudnn_ops.so.9: version `libcudnn.so.9' not found", "cuda-version-mismatch"),
+    ("runtime: cudaGraphInstantiateWithFlags symbol not found", "cuda-version-mismatch"),
+    ("mypkg.cuda.runtime does not export expected C function cudaStreamQuery", "cuda-version-mismatch"),
     # math libraries' statuses by number (NVIDIA's enums) and by name
     ("CUSOLVER Error 2 at solver.cc:39", "out-of-memory"),
     ("cuBLAS error 8 in gemm", "unsupported-compute-capability"),
@@ -54,6 +63,7 @@ def verdict(text: str):
     ("the device is occupied by another process, try later", "memory-held"),
     # launch and multi-GPU
     ("RuntimeError: [WinError 10048] Only one usage of each socket address is normally permitted", "port-in-use"),
+    ("cannot start the rendezvous on port 6006: another process is using it", "port-in-use"),
     ("AssertionError: the distributed backend has not been initialized", "process-group-missing"),
     ("ERROR: unable to allocate shared memory for the worker queue", "dataloader-shm"),
     ("comm.cc: NCCL reported an unhandled system failure", "nccl-error"),

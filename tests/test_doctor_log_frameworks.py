@@ -192,3 +192,18 @@ def test_libraries_on_top_of_a_framework_and_launch_mistakes(text, cause):
 ])
 def test_more_wordings_of_known_kinds(text, cause):
     assert causes(text)[:1] == (cause,)
+
+
+@pytest.mark.parametrize("text", [
+    # any tool's own "no GPU" wording: each is read as the framework reporting no usable GPU, its cause ordered by
+    # the setting (here none is shown, so the build comes first), never a cause of its own
+    'level=INFO source=probe.go:88 msg="no compatible GPUs were discovered"',
+    "warning: no usable GPU found, layers stay on the host",
+    "backend_init: found 0 CUDA devices",
+    "NOTICE: No NVIDIA GPU detected. Falling back to CPU.",
+    "AppError: the app is not able to use GPU; pass --cpu to run anyway",
+    'msg="inference compute" id=0 library=cpu variant="" compute="" driver=0.0',
+])
+def test_any_tools_no_gpu_wording_is_read_as_no_usable_gpu(text):
+    found = verdict_from_log(read_log(text))
+    assert found.cause_ids[:3] == ("cpu-build", "no-driver", "devices-hidden"), found.cause_ids

@@ -68,7 +68,7 @@ FAMILIES: tuple[Pattern, ...] = (
        r"cudaErrorNoKernelImageForDevice|unsupported gpu architecture|(?:compute|CUDA) capability (?:of )?"
        r"(?:sm_)?[\d.]+ (?:is )?(?:not supported|too (?:low|old)|below|less than|lower than|smaller than)|"
        r"(?:minimum|min\.?) (?:required )?(?:CUDA )?compute capability|\bGPU (?:is )?too old\b|"
-       r"\barch(?:itecture)? mismatch\b",
+       r"\barch(?:itecture)? mismatch\b|Value '(?:sm|compute)_\d+a?' is not defined for option 'gpu-name'",
        SPECIFIC, "the build has no kernels for this GPU's architecture", also=("cuda-version-mismatch",)),
     # --- driver, CUDA and cuDNN versions that do not fit ----------------------------------------------------------
     _s("version-words", "cuda-version-mismatch",
@@ -77,7 +77,9 @@ FAMILIES: tuple[Pattern, ...] = (
        r" version mismatch|version mismatch.{0,40}\b(?:CUDA|cuDNN)|mismatches the version that was used to compile|"
        r"compiled (?:with|against|for) (?:CUDA|cuDNN|cudnn) [\d.]+,? but|incompatible with (?:the )?(?:installed |"
        r"current )?(?:CUDA|driver|cuDNN)|undefined symbol: \w*(?:cuda|cudnn|cublas|cusparse|cusolver|cufft|nccl|"
-       r"nvrtc|nvJitLink)\w*|version [`'](?:lib)?(?:cu\w*|nccl\w*|CUDNN_\w*|libcudnn[\w.]*)' not found",
+       r"nvrtc|nvJitLink)\w*|version [`'](?:lib)?(?:cu\w*|nccl\w*|CUDNN_\w*|libcudnn[\w.]*)' not found|"
+       r"\b(?:cu|nccl)\w+ symbol not found|symbol not found\W{1,3}(?:cu|nccl)\w+|"
+       r"\bcuda\S* does not export expected C (?:variable|function)",
        SPECIFIC, "the driver, CUDA or cuDNN does not fit the build", also=("missing-cuda-libs",)),
     # --- a build without CUDA -------------------------------------------------------------------------------------
     _s("cpu-build-words", "cpu-build",
@@ -90,11 +92,17 @@ FAMILIES: tuple[Pattern, ...] = (
     # --- a CUDA library not found ---------------------------------------------------------------------------------
     _s("library-fails", "missing-cuda-libs", _LIB + r"\W{0,4}.{0,40}?" + _FAILS, SPECIFIC,
        "a CUDA library could not be loaded", "library"),
-    _s("fails-library", "missing-cuda-libs", _FAILS + r"\W{1,4}(?:the )?(?:library |module |file )?['\"`]?[^\s'\"`]*?"
-       + _LIB, SPECIFIC, "a CUDA library could not be loaded", "library"),
+    _s("fails-library", "missing-cuda-libs", _FAILS + r"\W{1,4}(?:the )?(?:library |module |file )?(?:any of |one of )?"
+       r"[{\[(]?['\"`]?[^\s'\"`]*?" + _LIB, SPECIFIC, "a CUDA library could not be loaded", "library"),
+    # A library's entry point that could not be loaded: the library itself did not load (ctranslate2's "Invalid
+    # handle. Cannot load symbol cudnnCreateTensorDescriptor"), or it is another version without that symbol.
+    _s("symbol-fails", "missing-cuda-libs", r"(?:cannot|can't|could not|couldn't|unable to|failed to) (?:load|find|"
+       r"resolve|locate|get) (?:the )?(?:symbol|function|entry point|procedure)\W{0,3}(?:cu|nv|nccl)\w+",
+       SPECIFIC, "a CUDA library's function could not be loaded", also=("cuda-version-mismatch",)),
     _s("toolkit-words", "missing-cuda-libs",
        r"\b(?:cuDNN|CUDA toolkit|CUDA runtime|cudart|cuBLAS|NCCL|nvcc)\b(?: library)? (?:is )?(?:not found|missing|"
-       r"not installed|could not be (?:found|loaded))|DLL load failed",
+       r"not installed|could not be (?:found|loaded))|DLL load failed|\b(?:not|didn't|did not|cannot|can't|could "
+       r"not|couldn't|unable to|failed to) (?:detect|find|locate) (?:the )?(?:CUDA|cuDNN)(?: toolkit| installation)?\b",
        SPECIFIC, "the CUDA toolkit or one of its libraries is missing", also=("cuda-version-mismatch",)),
     # --- a math library's status: by name or by its number --------------------------------------------------------
     _s("math-status", "status", r"\b(cu(?:BLAS|SOLVER|SPARSE|FFT|DNN))[ _:]*(?:status|error|failure|failed)\W{0,4}"
@@ -103,9 +111,11 @@ FAMILIES: tuple[Pattern, ...] = (
     # --- no driver ------------------------------------------------------------------------------------------------
     _s("driver-words", "no-driver",
        r"\b(?:NVIDIA |GPU |CUDA |graphics )driver (?:is )?(?:not (?:installed|loaded|found|detected|running|present)|"
-       r"missing)|\bno (?:NVIDIA |CUDA |GPU )?driver (?:found|installed|detected|present)|kernel module.{0,30}"
+       r"missing)|\bno (?:NVIDIA |CUDA |GPU )?driver (?:found|installed|detected|present)|(?:failed to|could not|"
+       r"couldn't|unable to) (?:initialize|load|insert|find) (?:the )?NVIDIA kernel module|kernel module.{0,30}"
        r"\bnvidia\b.{0,30}not (?:loaded|found)|nvidia-smi.{0,40}(?:not found|failed|not recognized|No such file)|"
-       r"\bcuInit\b.{0,40}(?:fail|error)|could not (?:initialize|init|load) (?:the )?(?:CUDA|NVIDIA) driver|"
+       r"\bcuInit\b.{0,40}(?:fail|error)|(?:could not|couldn't|unable to|failed to|cannot) (?:initialize|init|load|find) "
+       r"(?:the )?(?:CUDA|NVIDIA) driver|"
        r"cudaErrorInitializationError|CUDA_ERROR_NOT_INITIALIZED|cudaErrorNoDevice\b",
        GENERIC, "no usable NVIDIA driver", also=("devices-hidden",)),
     # CUDA's "unknown error" (driver API CUDA_ERROR_UNKNOWN and runtime cudaErrorUnknown, both 999 since CUDA 10.1):
@@ -124,7 +134,8 @@ FAMILIES: tuple[Pattern, ...] = (
     # --- launch: ports, process groups, shared memory, NCCL --------------------------------------------------------
     _s("port-words", "port-in-use",
        r"address already in use|EADDRINUSE|WinError 10048|Only one usage of each socket address|\bport \d+ (?:is )?"
-       r"(?:already )?(?:in use|taken|occupied)|errno:? 98\b",
+       r"(?:already )?(?:in use|taken|occupied)|errno:? 98\b|\bport\W{0,2}\d{2,5}\W{0,2}.{0,30}another process is (?:using|"
+       r"utilizing|holding|listening on) it",
        SPECIFIC, "the rendezvous port is taken"),
     _s("group-words", "process-group-missing",
        r"process group.{0,30}not (?:been )?initiali[sz]ed|init_process_group.{0,40}(?:not|never) (?:been )?called|"
@@ -213,11 +224,23 @@ def _status_cause(m: re.Match[str]) -> tuple[str, tuple[str, ...], str] | None:
     return causes[0], causes[1:], f"{lib} status {name}"
 
 
+# A CUDA library's name written in two words ("cudnn ops64_9.dll is not found"): the word before the file name.
+_SPLIT_NAME = re.compile(r"\b((?:lib)?(?:cudnn|cublas|cufft|curand|cusolver|cusparse|cudart|nvrtc|nccl))[ _-]$", I)
+
+
+def _library(m: re.Match[str]) -> str:
+    """The library name a ``library`` sign matched, with a CUDA library word written apart from it put back."""
+    lib = m.group(1)
+    before = _SPLIT_NAME.search(m.string[max(0, m.start(1) - 16):m.start(1)])
+    return f"{before.group(1)}_{lib}" if before and not _CUDA_PARTS.search(lib) else lib
+
+
 def _judge(sign: Pattern, m: re.Match[str]) -> tuple[str, tuple[str, ...], str] | None:
     """``(cause, also, detail)`` for a match, or None when the match names no cause (a library unrelated to CUDA)."""
     if sign.kind == "library":
-        cause, _ = library_cause(m.group(1))
-        return (cause, (), f"{m.group(1)} not loaded") if cause else None
+        lib = _library(m)
+        cause, _ = library_cause(lib)
+        return (cause, (), f"{lib} not loaded") if cause else None
     if sign.kind == "status":
         return _status_cause(m)
     return sign.cause, sign.also, sign.what

@@ -208,9 +208,9 @@ PATTERNS: tuple[Pattern, ...] = (
     _p("torch-oom", r"(?:CUDA out of memory\. |^\W*)Tried to allocate (.*)", "out-of-memory", 1.0,
        "PyTorch ran out of GPU memory", "torch-oom", flags=I),
     _p("torch-oom-plain", r"CUDA out of memory(?!\. Tried to allocate)", "out-of-memory", 1.0,
-       "PyTorch ran out of GPU memory", flags=I, also=('memory-held',)),
+       "PyTorch ran out of GPU memory", "oom-where", flags=I, also=('memory-held',)),
     _p("cuda-error-oom", r"CUDA error: out of memory", "out-of-memory", 1.0, "a CUDA call ran out of memory",
-       also=('memory-held',)),
+       "oom-where", also=('memory-held',)),
     # --- input-bound --------------------------------------------------------------------------------------------
     _p("lightning-workers", r"does not have many workers which may be a bottleneck", "input-bound", 1.0,
        "the DataLoader has too few workers for the GPU"),

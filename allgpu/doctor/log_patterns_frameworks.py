@@ -51,7 +51,13 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
     _p("no-gpu-said", r"deserialize object on a CUDA device but torch\.cuda\.is_available\(\) is False|"
        r"But your machine only has: \[\]|accelerator is not available|No supported gpu backend found|"
        r"can only be used on CUDA(?: or \w+)? devices|no compatible GPUs were discovered|"
-       r"is_available\(\)\)?`?\s+(?:returns?|returned|is|gives|outputs?|shows?|still)\s+`?False", None, 0,
+       r"is_available\(\)\)?`?\s+(?:returns?|returned|is|gives|outputs?|shows?|still)\s+`?False|"
+       # any tool's own "no GPU" wording (Ollama, llama.cpp/ggml, web UIs, apps that fall back to the CPU)
+       r"\bno (?:usable|compatible|supported|nvidia|cuda|gpu) (?:gpus?|devices?|cards?)\b(?: \w+){0,2}? "
+       r"(?:found|detected|discovered|available)|\bfound 0 (?:CUDA |GPU |NVIDIA )?(?:devices?|GPUs?)\b|"
+       r"\b0 (?:CUDA |NVIDIA )?(?:GPUs?|CUDA devices?) (?:found|detected|available)\b|"
+       r"fall(?:s|ing)? ?back (?:to|on) (?:the )?CPU|\binference compute\b.*\blibrary=cpu\b|"
+       r"is not able to use (?:the )?GPU|Device mapping: no known devices|\bGPU (?:was |is )?not (?:found|detected)\b", None, 0,
        "the framework (or a library on it) reports no usable GPU", "unavailable-text", flags=I),
     # --- a CUDA library not found -------------------------------------------------------------------------------
     _p("paddle-dynlib", r"The third-party dynamic library \(([^)\s]+)\) that Paddle depends on is not configured",

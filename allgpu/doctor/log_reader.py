@@ -181,6 +181,24 @@ def _torch_oom_cause(text: str) -> tuple[str, float]:
     return ("memory-held", 1.0) if others > HELD_FRACTION * total_mib else ("out-of-memory", 1.0)
 
 
+# The innermost traceback frame of an out-of-memory raised before the job held any memory of its own: building a
+# module's parameters (torch/nn/modules' __init__, reset_parameters), moving a module to the GPU (Module._apply /
+# .cuda() / .to()), or the CUDA context's creation (torch.cuda's _lazy_init, set_device). Loading weights
+# (torch.load, load_state_dict, from_pretrained) is not among them: a model too large for the GPU fails there too.
+_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
+_SETUP_FRAME = re.compile(r"(?:torch[/\\]nn[/\\]modules[/\\]\w+\.py:(?:__init__|reset_parameters|_apply|<lambda>|"
+                          r"convert|cuda|to)|torch[/\\]cuda[/\\]__init__\.py:\w+)$")
+
+
+def _oom_where(lines: list[str], i: int) -> tuple[str, float]:
+    """Out-of-memory of the job, or memory held by another process when the traceback above line ``i`` shows the
+    job failing while it built, moved or set up its model (it held nothing yet)."""
+    frames = [m for m in (_FRAME.match(ln) for ln in lines[max(0, i - 40):i]) if m]
+    if frames and _SETUP_FRAME.search(f"{frames[-1].group(1)}:{frames[-1].group(2)}"):
+        return "memory-held", 1.0
+    return "out-of-memory", 1.0
+
+
 def _message(raw: str) -> tuple[str, str]:
     m = PREFIX.match(raw.strip())
     if m:
@@ -248,6 +266,8 @@ def _hit(pat: Pattern, m: re.Match[str], text: str, lines: list[str], i: int, re
     if kind == "torch-oom":
         tail = " ".join(lines[i:i + 3])  # the figures may wrap onto the next lines
         return _torch_oom_cause(tail)
+    if kind == "oom-where":
+        return _oom_where(lines, i)
     if kind == "cvd":
         value = m.group(1).strip().strip("'\"").strip()
         reading.cvd = value
@@ -304,7 +324,10 @@ def read_log(text: str) -> LogReading:
             if pat.kind in ("unavailable-flag", "count-flag") and given is None:
                 continue  # is_available() printed True, or nothing follows
             cause, weight = given if given else (None, 0.0)
-            reading.hits.append(LogHit(i + 1, pat.id, cause or None, weight, msg[:240], pat.also if cause else ()))
+            also = pat.also if cause else ()
+            if pat.kind == "oom-where" and cause != pat.cause:  # read as memory held: the job's own OOM follows
+                also = tuple(c for c in (pat.cause, *pat.also) if c and c != cause)
+            reading.hits.append(LogHit(i + 1, pat.id, cause or None, weight, msg[:240], also))
             fw = _framework(src, msg)
             if fw and (cause or pat.kind):
                 reading.frameworks.add(fw)
