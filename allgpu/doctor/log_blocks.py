@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from allgpu.doctor.log_setting import CPU_FLAVOURS
+
 Evidence = tuple[str, float, str, str, tuple[str, ...]]
 WEIGHT = 0.6  # the verdict's threshold: enough to name a cause alone, below every known message that settles one
 
@@ -194,17 +196,14 @@ def _onnxruntime_cpu(blocks: EnvBlocks) -> str | None:
     return None
 
 
-# Packages whose CUDA build is another package: the CPU one listed without its GPU flavour is a CPU-only install.
-_CPU_FLAVOURS = (("paddlepaddle", re.compile(r"paddlepaddle-gpu")), ("onnxruntime", re.compile(r"onnxruntime-gpu")),
-                 ("mxnet", re.compile(r"mxnet-cu\d+")), ("tensorflow-cpu", None))
-
-
 def _cpu_flavour(blocks: EnvBlocks) -> str | None:
-    for name, gpu in _CPU_FLAVOURS:
-        pkg = blocks.packages.get(name)
+    for flavour in CPU_FLAVOURS:
+        pkg = blocks.packages.get(flavour.name)
+        gpu = flavour.gpu and re.compile(flavour.gpu)
         if pkg and not (gpu and any(gpu.fullmatch(other) for other in blocks.packages)):
-            return (f"line {pkg.line}: {name} {pkg.version} and no GPU flavour of it listed (the CUDA build is a "
-                    "separate package" + (f": {gpu.pattern.replace(chr(92) + 'd+', '<version>')})" if gpu else ")"))
+            return (f"line {pkg.line}: {flavour.name} {pkg.version} and no GPU flavour of it listed (the CUDA build "
+                    "is a separate package" + (f": {flavour.gpu.replace(chr(92) + 'd+', '<version>')})"
+                                               if flavour.gpu else ")"))
     return None
 
 

@@ -43,20 +43,40 @@ _TORCH_BUILD = re.compile(r"\b(?:torch|pytorch)\S*\s*[=:v ]{0,4}\d+\.\d+(?:\.\d+
 _TORCH_CPU = re.compile(r"\b\d+\.\d+(?:\.\d+)?\+cpu\b|CUDA used to build PyTorch: (?:None|Could not collect)|"
                         r"\bpy\d\.?\d+_cpu_\d\b|"
                         r"\bcpuonly\b", re.I)
-# Packages named with their CPU-only flavour, each with the GPU flavour that, when named too, clears it.
-_CPU_PACKAGES = (
-    ("tensorflow-cpu", re.compile(r"\btensorflow[-_]cpu\b", re.I), None),
-    ("paddlepaddle", re.compile(r"(?<![\w-])paddlepaddle(?:==|\s+)\d", re.I), re.compile(r"paddlepaddle[-_]gpu", re.I)),
-    ("onnxruntime", re.compile(r"(?<![\w-])onnxruntime(?:==|\s+)\d", re.I), re.compile(r"onnxruntime[-_]gpu", re.I)),
-    ("mxnet", re.compile(r"(?<![\w-])mxnet(?:==|\s+)\d", re.I), re.compile(r"mxnet[-_]cu\d", re.I)),
-    ("jax[cpu]", re.compile(r"\bjax\[cpu\]", re.I), None),
-)
+
+
+@dataclass(frozen=True)
+class CpuFlavour:
+    """A package whose name says it is a CPU-only build: ``name`` as a list prints it, ``gpu`` the GPU flavour that,
+    when listed too, clears it (a regex over names spelled with ``-``; None when ``name`` names its CPU build itself).
+    The one table both the setting (any line) and the package lists (:mod:`allgpu.doctor.log_blocks`) read."""
+
+    name: str
+    gpu: str | None = None
+
+    @property
+    def listed(self) -> re.Pattern[str]:
+        """The CPU package named in any line: with a version when its name is also the GPU build's base name."""
+        spelled = re.escape(self.name).replace(r"\-", "[-_]")
+        if self.gpu is None:
+            return re.compile(r"\b" + spelled + (r"\b" if self.name[-1].isalnum() else ""), re.I)
+        return re.compile(r"(?<![\w-])" + spelled + r"(?:==|\s+)v?\d", re.I)
+
+    def gpu_named(self, with_version: bool = False) -> re.Pattern[str] | None:
+        """The GPU flavour named in any line (``with_version``: as a package line, ``name==1.2`` / ``name 1.2``)."""
+        if self.gpu is None:
+            return None
+        return re.compile(self.gpu.replace("-", "[-_]") + (r"(?:==|\s+)v?\d" if with_version else ""), re.I)
+
+
+# Packages named with their CPU-only flavour (the CUDA build is another package: paddlepaddle-gpu, onnxruntime-gpu,
+# mxnet-cu<version>; tensorflow-cpu and jax[cpu] name themselves).
+CPU_FLAVOURS = (CpuFlavour("tensorflow-cpu"), CpuFlavour("paddlepaddle", "paddlepaddle-gpu"),
+                CpuFlavour("onnxruntime", "onnxruntime-gpu"), CpuFlavour("mxnet", r"mxnet-cu\d+"),
+                CpuFlavour("jax[cpu]"))
 # Both flavours installed (pip list / conda list lines): they install the same module and the CPU one can answer
 # (ONNX Runtime's maintainers, microsoft/onnxruntime#7748 and #10685; Paddle's paddlepaddle vs paddlepaddle-gpu).
-_BOTH_FLAVOURS = (("onnxruntime", re.compile(r"(?<![\w-])onnxruntime(?:==|\s+)v?\d", re.I),
-                   re.compile(r"onnxruntime[-_]gpu(?:==|\s+)v?\d", re.I)),
-                  ("paddlepaddle", re.compile(r"(?<![\w-])paddlepaddle(?:==|\s+)v?\d", re.I),
-                   re.compile(r"paddlepaddle[-_]gpu(?:==|\s+)v?\d", re.I)))
+_BOTH_FLAVOURS = tuple(f for f in CPU_FLAVOURS if f.name in ("onnxruntime", "paddlepaddle"))
 # Signs the run is inside a container (a shell prompt of a container id, docker commands, Kubernetes).
 _CONTAINER = re.compile(r"\b(?:nvidia-)?docker (?:run|exec|compose|container|start)\b|\bnvidia-docker\b|/\.dockerenv|"
                         r"\bkubectl\b|\bpodman (?:run|exec)\b|^root@[0-9a-f]{12}:", re.I | re.M)
@@ -183,9 +203,10 @@ def read_setting(lines: list[str]) -> Setting:
         name = m.group(1).lstrip("/")
         if name not in setting.devices:
             setting.devices.append(name)
-    setting.cpu_packages = [name for name, regex, gpu in _CPU_PACKAGES
-                            if regex.search(text) and not (gpu and gpu.search(text))]
-    setting.both_flavours = [name for name, cpu, gpu in _BOTH_FLAVOURS if cpu.search(text) and gpu.search(text)]
+    setting.cpu_packages = [f.name for f in CPU_FLAVOURS
+                            if f.listed.search(text) and not (f.gpu and f.gpu_named().search(text))]
+    setting.both_flavours = [f.name for f in _BOTH_FLAVOURS
+                             if f.listed.search(text) and f.gpu_named(with_version=True).search(text)]
     setting.container = bool(_CONTAINER.search(text))
     cap = _CAPABILITY.search(text)
     setting.capability = (int(cap.group(1)), int(cap.group(2))) if cap else None
