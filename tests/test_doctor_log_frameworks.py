@@ -203,7 +203,27 @@ def test_more_wordings_of_known_kinds(text, cause):
     "NOTICE: No NVIDIA GPU detected. Falling back to CPU.",
     "AppError: the app is not able to use GPU; pass --cpu to run anyway",
     'msg="inference compute" id=0 library=cpu variant="" compute="" driver=0.0',
+    "fatal: could not find any usable GPU on this host",
+    "warnings.warn: FP16 is not supported on CPU; using FP32 instead",
+    "Using device: cpu",
 ])
 def test_any_tools_no_gpu_wording_is_read_as_no_usable_gpu(text):
     found = verdict_from_log(read_log(text))
     assert found.cause_ids[:3] == ("cpu-build", "no-driver", "devices-hidden"), found.cause_ids
+
+
+def test_falling_back_to_the_cpu_for_want_of_memory_is_memory_not_the_build():
+    assert causes('msg="not enough vram left for the model, falling back to CPU only"')[:1] == ("out-of-memory",)
+
+
+def test_no_gpu_said_by_a_gpu_build_puts_the_driver_first():
+    text = "W0101 init.cc:12] Compiled with WITH_GPU, but no GPU found in runtime."
+    assert causes(text)[:3] == ("no-driver", "cuda-version-mismatch", "devices-hidden")
+
+
+@pytest.mark.parametrize("text", [
+    "ValueError: this kernel needs compute capability of at least 8.0; the GPU has 7.5",
+    "the GPU device is not supported: compute capability 3.0 < 3.5",
+])
+def test_a_gpu_below_what_the_build_needs_in_other_words(text):
+    assert causes(text)[:1] == ("unsupported-compute-capability",)

@@ -8,6 +8,8 @@ the verdict names after ``cause`` when nothing else decides. Pure.
 
 from __future__ import annotations
 
+import re
+
 from typing import TYPE_CHECKING
 
 from allgpu.doctor.log_setting import driver_cuda, tf_build_cuda
@@ -43,6 +45,13 @@ def _framework_of(hit: LogHit, log: LogReading) -> str | None:
     named = {"torch": "pytorch", "tensorflow": "tensorflow", "jax": "jax"}
     known = (log.setting.frameworks | {named[k] for k in log.facts.versions if k in named}) - {"keras"}
     return next(iter(known)) if len(known) == 1 else None
+
+
+# A "no GPU" line that says the build itself has GPU support (Paddle's "Compiled with WITH_GPU, but no GPU found in
+# runtime", "You are using GPU version Paddle"): not a CPU build.
+_GPU_BUILD = re.compile(r"Compiled with WITH_GPU|using (?:the )?GPU version|(?<!not )(?<!n't )\b(?:compiled|built) "
+                        r"with "
+                        r"(?:CUDA|GPU)\b(?! support: (?:no|false|off))", re.I)
 
 
 def _machine_candidates(log: LogReading) -> tuple[tuple[str, ...], str] | None:
@@ -85,6 +94,10 @@ def _unavailable_candidates(frameworks: set[str | None], log: LogReading) -> tup
             "JAX lists no GPU and gave no reason: a jaxlib without its CUDA plugin (pip install \"jax[cuda12]\")")
     if setting.torch_cuda == "cpu":
         return ("cpu-build",), "PyTorch is a CPU build"
+    gpu_build = next((h for h in log.hits if _GPU_BUILD.search(h.text)), None)
+    if gpu_build:
+        return ("no-driver", "cuda-version-mismatch", "devices-hidden"), (
+            f"line {gpu_build.line} says the build has GPU support, so the driver is the first suspect")
     if setting.torch_cuda or setting.other_cuda:
         build = setting.torch_cuda or (setting.other_cuda or ("", ""))[0]
         return ("no-driver", "cuda-version-mismatch", "devices-hidden"), (

@@ -67,7 +67,8 @@ FAMILIES: tuple[Pattern, ...] = (
        r"\bsm_\d{2,3}a? is not compatible|no kernel image|invalid device function|cudaErrorInvalidDeviceFunction|"
        r"cudaErrorNoKernelImageForDevice|unsupported gpu architecture|(?:compute|CUDA) capability (?:of )?"
        r"(?:sm_)?[\d.]+ (?:is )?(?:not supported|too (?:low|old)|below|less than|lower than|smaller than)|"
-       r"(?:minimum|min\.?) (?:required )?(?:CUDA )?compute capability|\bGPU (?:is )?too old\b|"
+       r"(?:minimum|min\.?) (?:required )?(?:CUDA )?compute capability|\bGPU (?:is )?too old\b|compute capability "
+       r"(?:of )?at least \d|compute capability [\d.]+ ?< ?[\d.]+|\bGPU (?:device )?(?:is )?not supported\b|"
        r"\barch(?:itecture)? mismatch\b|Value '(?:sm|compute)_\d+a?' is not defined for option 'gpu-name'",
        SPECIFIC, "the build has no kernels for this GPU's architecture", also=("cuda-version-mismatch",)),
     # --- driver, CUDA and cuDNN versions that do not fit ----------------------------------------------------------
@@ -86,7 +87,8 @@ FAMILIES: tuple[Pattern, ...] = (
        r"\b(?:not|n't|never) (?:been )?(?:compiled|built|enabled|installed|configured) (?:with|for) (?:the )?"
        r"(?:CUDA|GPU|cuDNN|NVIDIA|MPS|ROCm|HIP)|\bGPU (?:support )?(?:is )?not enabled\b|"
        r"\bGPU support (?:is )?(?:disabled|off)\b|"
-       r"\bCPU[- ]only\b|\b\d+\.\d+(?:\.\d+)?\+cpu\b|(?:[\w-]+[-_]cpu)(?:==|\s+)\d|without (?:CUDA|GPU) support|"
+       r"(?<!back to )(?<!back on )\bCPU[- ]only\b|\b\d+\.\d+(?:\.\d+)?\+cpu\b|(?:[\w-]+[-_]cpu)(?:==|\s+)\d|"
+       r"without (?:CUDA|GPU) support|"
        r"\b(?:USE|WITH|GGML|LLAMA)_(?:CUDA|GPU|CUBLAS)\s*[=:]\s*(?:0|OFF|False)\b|\bno CUDA support\b",
        SPECIFIC, "the library was built or installed without GPU support", also=("no-driver",)),
     # --- a CUDA library not found ---------------------------------------------------------------------------------
@@ -114,8 +116,8 @@ FAMILIES: tuple[Pattern, ...] = (
        r"missing)|\bno (?:NVIDIA |CUDA |GPU )?driver (?:found|installed|detected|present)|(?:failed to|could not|"
        r"couldn't|unable to) (?:initialize|load|insert|find) (?:the )?NVIDIA kernel module|kernel module.{0,30}"
        r"\bnvidia\b.{0,30}not (?:loaded|found)|nvidia-smi.{0,40}(?:not found|failed|not recognized|No such file)|"
-       r"\bcuInit\b.{0,40}(?:fail|error)|(?:could not|couldn't|unable to|failed to|cannot) (?:initialize|init|load|find) "
-       r"(?:the )?(?:CUDA|NVIDIA) driver|"
+       r"\bcuInit\b.{0,40}(?:fail|error)|(?:could not|couldn't|unable to|failed to|cannot) (?:initialize|init|load|"
+       r"find) (?:the )?(?:CUDA|NVIDIA) driver|"
        r"cudaErrorInitializationError|CUDA_ERROR_NOT_INITIALIZED|cudaErrorNoDevice\b",
        GENERIC, "no usable NVIDIA driver", also=("devices-hidden",)),
     # CUDA's "unknown error" (driver API CUDA_ERROR_UNKNOWN and runtime cudaErrorUnknown, both 999 since CUDA 10.1):
@@ -134,8 +136,8 @@ FAMILIES: tuple[Pattern, ...] = (
     # --- launch: ports, process groups, shared memory, NCCL --------------------------------------------------------
     _s("port-words", "port-in-use",
        r"address already in use|EADDRINUSE|WinError 10048|Only one usage of each socket address|\bport \d+ (?:is )?"
-       r"(?:already )?(?:in use|taken|occupied)|errno:? 98\b|\bport\W{0,2}\d{2,5}\W{0,2}.{0,30}another process is (?:using|"
-       r"utilizing|holding|listening on) it",
+       r"(?:already )?(?:in use|taken|occupied)|errno:? 98\b|\bport\W{0,2}\d{2,5}\W{0,2}.{0,30}another process is "
+       r"(?:using|utilizing|holding|listening on) it",
        SPECIFIC, "the rendezvous port is taken"),
     _s("group-words", "process-group-missing",
        r"process group.{0,30}not (?:been )?initiali[sz]ed|init_process_group.{0,40}(?:not|never) (?:been )?called|"
@@ -158,8 +160,8 @@ FAMILIES: tuple[Pattern, ...] = (
     _s("oom-words", "out-of-memory",
        r"\bout of (?:GPU |device |CUDA |video )?memory\b|\bOOM\b|\bOutOfMemory|(?:failed|unable|could not|couldn't|"
        r"cannot) (?:to )?allocate\b|memory allocation (?:failed|error)|insufficient (?:GPU |device |video |CUDA )?"
-       r"memory|not enough (?:GPU |device |video |CUDA )?memory|exceeds? (?:the )?(?:available |total )?(?:GPU |device "
-       r")?memory|RESOURCE_EXHAUSTED|resource exhausted|cudaErrorMemoryAllocation",
+       r"(?:memory|VRAM)|not enough (?:GPU |device |video |CUDA )?(?:memory|VRAM)|exceeds? (?:the )?(?:available |"
+       r"total )?(?:GPU |device )?memory|RESOURCE_EXHAUSTED|resource exhausted|cudaErrorMemoryAllocation",
        GENERIC, "GPU memory ran out", also=("memory-held",)),
 )
 

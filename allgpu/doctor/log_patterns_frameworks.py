@@ -56,8 +56,14 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
        r"\bno (?:usable|compatible|supported|nvidia|cuda|gpu) (?:gpus?|devices?|cards?)\b(?: \w+){0,2}? "
        r"(?:found|detected|discovered|available)|\bfound 0 (?:CUDA |GPU |NVIDIA )?(?:devices?|GPUs?)\b|"
        r"\b0 (?:CUDA |NVIDIA )?(?:GPUs?|CUDA devices?) (?:found|detected|available)\b|"
-       r"fall(?:s|ing)? ?back (?:to|on) (?:the )?CPU|\binference compute\b.*\blibrary=cpu\b|"
-       r"is not able to use (?:the )?GPU|Device mapping: no known devices|\bGPU (?:was |is )?not (?:found|detected)\b", None, 0,
+       r"^(?!.*(?:memory|vram|\bRAM\b)).*fall(?:s|ing)? ?back (?:to|on) (?:the )?CPU|"
+       r"\binference compute\b.*\blibrary=cpu\b|"
+       r"is not able to use (?:the )?GPU|Device mapping: no known devices|\bGPU (?:was |is )?not (?:found|detected)\b|"
+       r"(?:could not|couldn't|cannot|can't|unable to|failed to) (?:find|detect|locate) (?:any |a )?(?:compatible |"
+       r"usable |supported |suitable |NVIDIA |CUDA )?(?:GPU|CUDA device)s?\b|Failed to infer device type|"
+       r"FP16 is not supported on CPU|"
+       r"^\W*(?:using|running on|selected|chosen)? ?(?:the )?device\W{0,3}['\"]?cpu['\"]?\W*$",
+       None, 0,
        "the framework (or a library on it) reports no usable GPU", "unavailable-text", flags=I),
     # --- a CUDA library not found -------------------------------------------------------------------------------
     _p("paddle-dynlib", r"The third-party dynamic library \(([^)\s]+)\) that Paddle depends on is not configured",
