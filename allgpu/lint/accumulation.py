@@ -9,7 +9,7 @@ import ast
 import re
 
 from allgpu.lint.resolve import dotted, iter_body_nodes
-from allgpu.lint.torch_train import _ACCUM, micro_step_backwards
+from allgpu.lint.torch_train import _ACCUM, micro_step_backwards, sync_controlled
 
 _ACCUM_TEST = re.compile(r"accum|micro|update|sync")
 
@@ -47,6 +47,15 @@ def stepped_every_k(ctx, does) -> list[ast.Call]:
         if back is not None and not any(back is b for b in out):
             out.append(back)
     return out
+
+
+def unsynced_step_functions(ctx, does) -> list[ast.Call]:
+    """The backward of each per-batch step function that steps every k calls (``stepped_every_k``) and does not
+    decide when gradients sync, in a file that controls syncing elsewhere (speechbrain's ``Brain.fit_batch`` beside
+    the ``Brain.no_sync`` it defines and never enters, a0502)."""
+    mod = ctx.mod
+    return [b for b in stepped_every_k(ctx, does)
+            if mod.enclosing_function(b) is not None and not sync_controlled(mod, b)]
 
 
 def _modulo_step_functions(mod, facts) -> list:
@@ -118,14 +127,23 @@ def _always_runs(mod, does, node: ast.AST, root: ast.AST) -> bool:
 
 
 def _under_modulo_test(mod, node: ast.AST, fn: ast.AST) -> bool:
-    """``node`` sits under ``if idx % period == period - 1:`` (a ``%`` compared in the test) inside ``fn``."""
+    """``node`` sits under ``if idx % period == period - 1:`` (a ``%`` compared in the test) inside ``fn``, also
+    through a name ``fn`` binds to such a comparison (``should_step = self.step % k == 0`` ... ``if should_step:``,
+    speechbrain's ``Brain.fit_batch``)."""
     for anc in mod.ancestors(node):
         if anc is fn:
             return False
-        if isinstance(anc, ast.If) and any(isinstance(n, ast.Compare) and any(
-                isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(n)) for n in ast.walk(anc.test)):
+        if isinstance(anc, ast.If) and any(_modulo_compare(n) or (isinstance(n, ast.Name) and any(
+                _modulo_compare(v) and any(a is fn for a in mod.ancestors(v)) for v in mod.values_of(n)))
+                for n in ast.walk(anc.test)):
             return True
     return False
+
+
+def _modulo_compare(node: ast.AST) -> bool:
+    """``a % k == c`` (a ``%`` inside a comparison)."""
+    return isinstance(node, ast.Compare) and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod)
+                                                 for b in ast.walk(node))
 
 
 _FABRIC = ("lightning.fabric.Fabric", "lightning.Fabric", "lightning_fabric.Fabric", "lightning.fabric.fabric.Fabric")

@@ -11,7 +11,8 @@ import re
 
 from allgpu.lint import bn_models, set_epoch, tfdata, torch_train
 from allgpu.lint.caller_samplers import report_across_modules
-from allgpu.lint.accumulation import engine_accumulation, no_sync_around_backward_only, stepped_every_k
+from allgpu.lint.accumulation import (engine_accumulation, no_sync_around_backward_only, stepped_every_k,
+                                      unsynced_step_functions)
 from allgpu.lint.helper_loaders import loaders_used_under_ddp, unsharded_loader_helpers
 from allgpu.lint.helper_saves import object_saves
 from allgpu.lint.rank_guard import calls_collective, guarded, node_guarded, rankish
@@ -269,6 +270,9 @@ def check_pt006(ctx) -> None:
             for back in torch_train.micro_step_backwards(mod, facts, backward):
                 ctx.emit("PT006", back, "accumulating gradients over micro-steps without no_sync() in this loop (the "
                                         "file uses it elsewhere): every micro-step all-reduces")
+            for back in unsynced_step_functions(ctx, lambda c, feature: _does(mod, facts, c, feature))[:1]:
+                ctx.emit("PT006", back, "accumulating gradients every k steps without no_sync() in this function "
+                                        "(the file names it elsewhere): every micro-step all-reduces")
         return
     does = lambda c, feature: _does(mod, facts, c, feature)  # noqa: E731
     if engine_accumulation(ctx, backward, does):  # Accelerate, Lightning Fabric

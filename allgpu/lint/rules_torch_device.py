@@ -60,6 +60,27 @@ def _project_sets_device(mod) -> bool:
     return False
 
 
+def _before_set_device(mod, call: ast.Call) -> bool:
+    """Is ``call`` (``model.to(device)``, ``.cuda()`` on the bare ``'cuda'``) made before this function selects
+    each rank's GPU: its function (or the module's top level) calls ``torch.cuda.set_device`` only on lines below it,
+    outside any loop around both (the SMDDP MNIST script's ``DDP(Net().to(device))`` then ``set_device``, a0501)?
+    The bare device names GPU 0 until then."""
+    fn = mod.enclosing_function(call)
+    sets = [c for c, qn in mod.calls if qn == "torch.cuda.set_device" and mod.enclosing_function(c) is fn]
+    if not sets or any(c.lineno <= call.lineno for c in sets):
+        return False
+    loops = (ast.For, ast.AsyncFor, ast.While)
+    around = {id(a) for a in mod.ancestors(call) if isinstance(a, loops)}
+    return not any(id(a) in around for c in sets for a in mod.ancestors(c))
+
+
+def _bare_cuda_name(mod, node: ast.expr) -> bool:
+    """A name every assignment of which is ``torch.device('cuda')`` (no index: the current GPU)."""
+    values = mod.values_of(node) if isinstance(node, ast.Name) else []
+    return bool(values) and all(isinstance(v, ast.Call) and mod.qualname(v.func) == "torch.device" and len(v.args) == 1
+                                and not v.keywords and _device_text(mod, v.args[0]) == "cuda" for v in values)
+
+
 def _device_text(mod, node: ast.expr) -> str | None:
     """A device literal, also through ``"cuda" if torch.cuda.is_available() else "cpu"`` (the GPU branch)."""
     if isinstance(node, ast.IfExp):
@@ -96,6 +117,8 @@ def check_pt002(ctx) -> None:
                 text = "cuda"
             elif isinstance(arg, ast.Constant) and type(arg.value) is int:
                 text = f"cuda:{arg.value}"
+        if text is None and isinstance(f, ast.Attribute) and f.attr == "to" and per_rank and call.args:
+            text = "cuda" if _bare_cuda_name(mod, call.args[0]) else None  # checked against set_device's line below
         if text is None or one_process_only(mod, call):
             continue
         text = text.strip().lower()
@@ -103,6 +126,9 @@ def check_pt002(ctx) -> None:
             ctx.emit("PT002", call, f"device {text!r} hard-coded in a distributed script: every rank uses that GPU")
         elif text == "cuda" and not per_rank:
             ctx.emit("PT002", call, "'cuda' without torch.cuda.set_device(local_rank): every rank uses GPU 0")
+        elif text == "cuda" and qn != "torch.device" and _before_set_device(mod, call):
+            ctx.emit("PT002", call, "'cuda' used before torch.cuda.set_device(local_rank) is called in this "
+                                    "function: every rank puts this on GPU 0")
     if not own_gpu_is_0:
         _check_ddp_device_ids(ctx)
 
