@@ -21,10 +21,10 @@ from typing import Mapping
 from allgpu.errors import ClusterConfigError
 from allgpu.runtime.cluster import TFConfig, parse_tf_config
 from allgpu.runtime.engines import Cluster, from_tf_config
-from allgpu.runtime.engines.resolvers import (EngineClusterResolver, KubernetesClusterResolver,
+from allgpu.runtime.engines.resolvers import (ClusterSpec, EngineClusterResolver, KubernetesClusterResolver,
                                               RayClusterResolver, SkyPilotClusterResolver, SlurmClusterResolver)
 
-__all__ = ["TFConfigClusterResolver", "SlurmClusterResolver", "KubernetesClusterResolver", "SkyPilotClusterResolver",
+__all__ = ["TFConfigClusterResolver", "ClusterSpec", "SlurmClusterResolver", "KubernetesClusterResolver", "SkyPilotClusterResolver",
            "RayClusterResolver", "EngineClusterResolver", "RESOLVERS"]
 
 
@@ -77,9 +77,10 @@ class TFConfigClusterResolver:
         ``TF_CONFIG`` (a job of one worker)."""
         return None if self.tf_config is None else from_tf_config(self.tf_config)
 
-    def cluster_spec(self) -> dict[str, list[str]]:
-        """``TF_CONFIG``'s ``cluster``: role -> ``host:port`` list (empty without ``TF_CONFIG``)."""
-        return {role: list(addresses) for role, addresses in (self._raw.get("cluster") or {}).items()}
+    def cluster_spec(self) -> ClusterSpec:
+        """``TF_CONFIG``'s ``cluster``: role -> ``host:port`` list (empty without ``TF_CONFIG``), a dict that also
+        has ``tf.train.ClusterSpec``'s methods (``as_dict()``, ``num_tasks(role)``, ...)."""
+        return ClusterSpec({role: list(addresses) for role, addresses in (self._raw.get("cluster") or {}).items()})
 
     def num_accelerators(self) -> dict[str, int]:
         """``{"GPU": n}``: the GPUs this process sees (TensorFlow's method of the same name)."""

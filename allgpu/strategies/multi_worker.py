@@ -16,7 +16,7 @@ Who is in the job comes from (:mod:`allgpu.runtime.engines` documents the order 
 from __future__ import annotations
 
 from allgpu.errors import ArgumentError
-from allgpu.runtime.cluster_resolver import RESOLVERS
+from allgpu.runtime.cluster_resolver import RESOLVERS, TFConfigClusterResolver
 from allgpu.strategies.mirrored import MirroredStrategy
 
 
@@ -51,6 +51,9 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
                                 "KubernetesClusterResolver, SkyPilotClusterResolver, RayClusterResolver), or None to "
                                 "discover the cluster engine.")
         self._cluster_resolver = cluster_resolver
+        # What `strategy.cluster_resolver` answers: the one given, else TF_CONFIG's, as TensorFlow's strategy
+        # makes a TFConfigClusterResolver() when given none (task_type/task_id None without TF_CONFIG).
+        self._reported_resolver = cluster_resolver
         super().__init__(devices, num_replicas=num_replicas, fallback=fallback, timeout=timeout, backend=backend,
                          bucket_cap_mb=bucket_cap_mb, gradient_compression=gradient_compression)
 
@@ -59,8 +62,13 @@ class MultiWorkerMirroredStrategy(MirroredStrategy):
 
     @property
     def cluster_resolver(self):
-        """The resolver this strategy was given (``tf.distribute.MultiWorkerMirroredStrategy.cluster_resolver``)."""
-        return self._cluster_resolver
+        """The resolver this strategy was given, else a ``TFConfigClusterResolver()`` over this process's
+        ``TF_CONFIG`` (``tf.distribute.MultiWorkerMirroredStrategy.cluster_resolver``: never None; without
+        ``TF_CONFIG`` its ``task_type``/``task_id`` are None and its ``cluster_spec()`` is empty, as in TensorFlow).
+        ``task_id`` is the worker's (machine's) index: the replicas a worker starts share it. Local."""
+        if self._reported_resolver is None:
+            self._reported_resolver = TFConfigClusterResolver()
+        return self._reported_resolver
 
     @property
     def worker_index(self) -> int:

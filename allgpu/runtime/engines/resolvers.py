@@ -17,6 +17,45 @@ from allgpu.runtime.engines import kubernetes, ray, skypilot, slurm
 from allgpu.runtime.engines.description import Cluster
 
 
+class ClusterSpec(dict):
+    """``tf.train.ClusterSpec`` as resolvers return it: a dict role -> ``["host:port", ...]`` that also answers
+    TensorFlow's methods (``as_dict()``, ``jobs``, ``num_tasks``, ``task_indices``, ``task_address``,
+    ``job_tasks``), so code written for ``cluster_resolver.cluster_spec().as_dict()`` runs unchanged. Local."""
+
+    def as_dict(self) -> dict[str, list[str]]:
+        """A plain dict copy, role -> address list (TensorFlow's ``ClusterSpec.as_dict``)."""
+        return {role: list(addresses) for role, addresses in self.items()}
+
+    @property
+    def jobs(self) -> list[str]:
+        """The roles (``"worker"``, ``"chief"``, ``"ps"``)."""
+        return list(self)
+
+    def num_tasks(self, job_name: str) -> int:
+        """How many tasks ``job_name`` has. Raises ArgumentError (a ValueError, as TensorFlow) for an unknown role."""
+        return len(self._job(job_name))
+
+    def task_indices(self, job_name: str) -> list[int]:
+        """``[0, ..., num_tasks - 1]``."""
+        return list(range(len(self._job(job_name))))
+
+    def task_address(self, job_name: str, task_index: int) -> str:
+        """``host:port`` of one task. Raises ArgumentError (a ValueError) for an unknown role or index."""
+        tasks = self._job(job_name)
+        if not 0 <= task_index < len(tasks):
+            raise ArgumentError(f"no task {task_index} in job {job_name!r} (it has {len(tasks)})")
+        return tasks[task_index]
+
+    def job_tasks(self, job_name: str) -> list[str]:
+        """The addresses of ``job_name``'s tasks, in index order."""
+        return list(self._job(job_name))
+
+    def _job(self, job_name: str) -> list[str]:
+        if job_name not in self:
+            raise ArgumentError(f"no such job in cluster: {job_name!r} (it has {self.jobs})")
+        return self[job_name]
+
+
 class EngineClusterResolver:
     """What every resolver here answers (TensorFlow's ``ClusterResolver`` methods), from a :class:`Cluster`."""
 
@@ -41,13 +80,13 @@ class EngineClusterResolver:
         """This process's index among the engine's processes (tasks, pods, nodes or workers)."""
         return self._description.index
 
-    def cluster_spec(self) -> dict[str, list[str]]:
-        """``{"worker": ["host:port", ...]}``: one entry per process the engine started, where hosts are known
+    def cluster_spec(self) -> ClusterSpec:
+        """``{"worker": ["host:port", ...]}`` (a :class:`ClusterSpec`): one entry per process the engine started, where hosts are known
         (Slurm, SkyPilot); the rendezvous address alone for the first otherwise."""
         c = self._description
         hosts = c.hosts or (c.master_addr,)
         per_host = max(1, c.units // len(hosts))
-        return {"worker": [f"{hosts[min(i // per_host, len(hosts) - 1)]}:{c.master_port}" for i in range(c.units)]}
+        return ClusterSpec({"worker": [f"{hosts[min(i // per_host, len(hosts) - 1)]}:{c.master_port}" for i in range(c.units)]})
 
     def master(self, task_type: str | None = None, task_id: int | None = None, rpc_layer: str | None = None) -> str:
         """The rendezvous address, ``host:port`` (with ``rpc_layer://`` in front when one is given)."""
