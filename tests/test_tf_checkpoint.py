@@ -3,6 +3,7 @@ atomic, verified files; in one process (the multi-replica run is tests/test_tf_c
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -157,3 +158,28 @@ def test_keras_model_and_optimizer_restore_into_fresh_unbuilt_objects(tmp_path):
     assert int(optimizer2.iterations) == 4
     for a, b in zip(model.get_weights(), model2.get_weights()):
         assert (a == b).all()
+
+
+class _Counter:
+    """What tf.Variable and keras.Variable share: numpy() and assign() (TensorFlow's multi-worker custom-loop
+    tutorial checkpoints its epoch and step counters as tf.Variable)."""
+
+    def __init__(self, value):
+        self.value = np.array(value, dtype=np.int64)
+
+    def numpy(self):
+        return self.value
+
+    def assign(self, value):
+        self.value = np.array(value, dtype=np.int64)
+
+
+def test_a_variable_counter_is_saved_and_assigned_back(tmp_path):
+    epoch, step = _Counter(2), _Counter(35)
+    ckpt = checkpoint.Checkpoint(epoch=epoch, step_in_epoch=step)
+    path = ckpt.save(tmp_path / "ckpt")
+    epoch.assign(0), step.assign(0)
+    ckpt.restore(path).assert_consumed()
+    assert (int(epoch.numpy()), int(step.numpy())) == (2, 35)
+    with pytest.raises(CheckpointError, match="shape"):
+        checkpoint.Checkpoint(epoch=_Counter([1, 2]), step_in_epoch=step).restore(path)

@@ -7,7 +7,8 @@ in place and returns a :class:`CheckpointLoadStatus`. What each object saves: :m
 
 ``save``, ``write``, ``restore`` and ``read`` are collectives under a multi-replica strategy: every replica calls
 them (SPMD, as every replica runs ``checkpoint.save`` in a TensorFlow script); replica 0 writes and the others wait
-for the file to be complete, then every replica reads the same file. State is mirrored, so a checkpoint saved by N
+for the file to be complete, then every replica reads the same file. A replica whose path replica 0 did not write
+(a non-chief worker's temporary directory, as TensorFlow's multi-worker tutorials give) writes its own copy there. State is mirrored, so a checkpoint saved by N
 replicas restores on any number.
 """
 
@@ -106,6 +107,7 @@ class Checkpoint:
         self._objects: dict[str, Any] = dict(objects)
         self._kinds = {name: trackables.kind_of(name, obj) for name, obj in objects.items()}
         self.save_counter = 0
+        self._wrote_copy = False  # the last save wrote this replica's own copy (a path replica 0 did not write)
 
     def __getattr__(self, name: str):
         objects = self.__dict__.get("_objects", {})
@@ -142,22 +144,35 @@ class Checkpoint:
         target = Path(path)
         error = None
         if collective.rank() == 0:
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                payload = {"format": FORMAT, "allgpu_version": allgpu.__version__, "save_counter": self.save_counter,
-                           "objects": {name: trackables.capture(obj, self._kinds[name])
-                                       for name, obj in self._objects.items()}}
-                write_file(target, payload)
-                if record:
-                    _, listed = tf_layout.read_state(target.parent)
-                    kept = keep if keep is not None else [p for p in listed if Path(p) != target] + [path]
-                    tf_layout.write_state(target.parent, kept)
-            except OSError as exc:
-                error = directory_error(target.parent, exc)
-            except BaseException as exc:  # reported to every replica by agree(), then raised here
-                error = exc
+            error = self._write_here(target, path, record, keep)
         collective.agree(error, f"writing checkpoint {path}")
+        # A path only this replica names (TensorFlow's multi-worker tutorials give non-chief workers a temporary
+        # directory, which they delete after save): it gets its own copy, as a TensorFlow worker writes one, so
+        # the path returned exists here too. The state is mirrored: the copy equals replica 0's file.
+        self._wrote_copy = collective.rank() != 0 and not target.exists()
+        if self._wrote_copy:
+            error = self._write_here(target, path, record, keep)
+            if error is not None:
+                raise error
         return path
+
+    def _write_here(self, target: Path, path: str, record: bool, keep: list[str] | None) -> BaseException | None:
+        """Write the file (and the directory's state file when ``record``) from this replica; the error, if any."""
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            payload = {"format": FORMAT, "allgpu_version": allgpu.__version__, "save_counter": self.save_counter,
+                       "objects": {name: trackables.capture(obj, self._kinds[name])
+                                   for name, obj in self._objects.items()}}
+            write_file(target, payload)
+            if record:
+                _, listed = tf_layout.read_state(target.parent)
+                kept = keep if keep is not None else [p for p in listed if Path(p) != target] + [path]
+                tf_layout.write_state(target.parent, kept)
+        except OSError as exc:
+            return directory_error(target.parent, exc)
+        except BaseException as exc:  # reported to every replica by agree(), then raised here
+            return exc
+        return None
 
     # -- reading -----------------------------------------------------------------------------------------------
     def restore(self, save_path: str | os.PathLike | None, options=None) -> CheckpointLoadStatus:

@@ -79,7 +79,9 @@ class CheckpointManager:
     def save(self, checkpoint_number: int | None = None, check_interval: bool = True, options=None) -> str | None:
         """Write the next checkpoint, drop the oldest beyond ``max_to_keep``, update the state file.
 
-        A collective: every replica calls it; replica 0 writes and deletes, the others wait for it.
+        A collective: every replica calls it; replica 0 writes and deletes, the others wait for it (a replica
+        whose ``directory`` replica 0 does not write, such as a non-chief worker's temporary one, keeps its own
+        copies there).
 
         Args:
             checkpoint_number: the ``n`` of the file name; default: the Checkpoint's ``save_counter`` after
@@ -100,7 +102,7 @@ class CheckpointManager:
         dropped = kept[:-self._max_to_keep] if self._max_to_keep is not None else []
         kept = kept[len(dropped):]
         self._checkpoint._write(path, record=True, keep=kept)
-        if collective.rank() == 0:
+        if collective.rank() == 0 or self._checkpoint._wrote_copy:  # a copy of this replica's own is its to prune
             for old in dropped:
                 Path(old).unlink(missing_ok=True)
         self._checkpoints = kept

@@ -8,7 +8,9 @@ TensorFlow's ``tf.train.Checkpoint`` takes *trackables* (models, optimizers, var
   ``save_weights`` order), with their paths for messages;
 - a Keras optimizer: its variables (``iterations``, moments), restored once it is built;
 - anything with ``state_dict()`` and ``load_state_dict()`` (learning-rate schedulers, ``GradScaler``);
-- a ``torch.Tensor``: its value, restored in place.
+- a ``torch.Tensor``: its value, restored in place;
+- a variable with ``numpy()`` and ``assign()`` (a ``tf.Variable`` step or epoch counter, as TensorFlow's
+  multi-worker tutorial checkpoints, or a ``keras.Variable``): its value, restored with ``assign``.
 
 Tensors are saved on CPU, so the file loads with ``torch.load(weights_only=True)`` on any device.
 """
@@ -19,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -27,7 +30,7 @@ from allgpu.checkpoint.sharded_model import is_fully_sharded
 from allgpu.checkpoint.state import cpu_copy, load_model, load_optimizer
 from allgpu.errors import ArgumentTypeError, CheckpointError, UnsupportedError
 
-KINDS = ("keras", "keras_optimizer", "module", "optimizer", "state_dict", "tensor")
+KINDS = ("keras", "keras_optimizer", "module", "optimizer", "state_dict", "tensor", "variable")
 
 
 def _is_keras_optimizer(obj: Any) -> bool:
@@ -54,10 +57,13 @@ def kind_of(name: str, obj: Any) -> str:
         return "tensor"
     if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):
         return "state_dict"
+    if callable(getattr(obj, "numpy", None)) and callable(getattr(obj, "assign", None)):
+        return "variable"
     raise ArgumentTypeError(
         f"Checkpoint({name}=...) got a {type(obj).__name__}, which allgpu cannot save. Accepted: a torch.nn.Module, "
-        "a torch.optim.Optimizer, a Keras model or optimizer, a torch.Tensor, or an object with state_dict() and "
-        f"load_state_dict(). Fix: pass a number as a tensor ({name}=torch.tensor(value)).")
+        "a torch.optim.Optimizer, a Keras model or optimizer, a torch.Tensor, a variable (tf.Variable, "
+        "keras.Variable), or an object with state_dict() and load_state_dict(). Fix: pass a number as a tensor "
+        f"({name}=torch.tensor(value)) or a keras.Variable.")
 
 
 def check_savable(name: str, obj: Any, kind: str) -> None:
@@ -83,6 +89,8 @@ def capture(obj: Any, kind: str) -> dict:
                  "paths": [str(v.path) for v in variables]}
     elif kind == "tensor":
         state = obj.detach().to("cpu", copy=True)
+    elif kind == "variable":
+        state = torch.as_tensor(np.array(obj.numpy()))
     else:
         state = cpu_copy(obj.state_dict(), clone=True)
     return {"kind": kind, "state": state}
@@ -109,6 +117,9 @@ def restore(name: str, obj: Any, kind: str, saved: dict, source: Path) -> bool:
             obj.copy_(state)
     elif kind == "state_dict":
         obj.load_state_dict(state)
+    elif kind == "variable":
+        _fit(name, [np.asarray(obj.numpy())], [state], source)
+        obj.assign(state.numpy())
     else:
         if not obj.built and state["values"]:
             return False
