@@ -110,6 +110,11 @@ class InputError(AllGpuError, ValueError):
     are not ``(inputs, targets)``); the message names the numbers and the fix."""
 
 
+class OutOfRangeError(AllGpuError, StopIteration):
+    """``iterator.get_next()`` past the end of a distributed dataset (TensorFlow's ``tf.errors.OutOfRangeError``);
+    also a ``StopIteration``. Fix: stop at the epoch's end, or use ``get_next_as_optional()``."""
+
+
 class DatasetTypeError(AllGpuError, TypeError):
     """A dataset of a kind that cannot be sharded by index (an ``IterableDataset``); the message names the fix."""
 

@@ -23,6 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from allgpu.devices.advice import workers_here
+from allgpu.core.dist_iterator import DistributedIterator
 from allgpu.core.data_rng import SeededExamples, loader_generator, seeded
 from allgpu.core.one_program import fingerprint
 from allgpu.core.sampler import ShardSampler, per_replica_batch_size
@@ -236,7 +237,11 @@ class DistributedDataset:
         if self._resume is None:
             self._next_epoch = epoch
 
-    def __iter__(self) -> Iterator:
+    def __iter__(self) -> DistributedIterator:
+        """One epoch of this replica's batches (a :class:`~allgpu.core.dist_iterator.DistributedIterator`)."""
+        return DistributedIterator(self._epoch())
+
+    def _epoch(self) -> Iterator:
         if self._verify is not None:
             examples = seeded(self.dataset, self.sampler.seed)  # augmentation as at epoch 0 on every replica
             self._verify((type(self.dataset).__name__, len(self.dataset)),
@@ -296,15 +301,17 @@ class DistributedDataset:
 class PerReplicaInput:
     """The result of ``distribute_datasets_from_function``: the replica's own iterable, fed to its device."""
 
-    def __init__(self, source: Iterable, device: torch.device, context: InputContext):
+    def __init__(self, source: Iterable, device: torch.device, context: InputContext,
+                 agree: Callable[[bool], bool] | None = None):
         self.source = source
         self.device = device
         self.context = context
+        self.agree = agree  # get_next_as_optional's "does every replica still have a batch?" (a collective)
         self.feed: _DeviceFeed | None = None
 
-    def __iter__(self):
+    def __iter__(self) -> DistributedIterator:
         self.feed = _DeviceFeed(self.source, self.device)
-        return self.feed
+        return DistributedIterator(self.feed, self.agree)
 
     def __len__(self) -> int:
         return len(self.source)  # raises TypeError for sources without a length, as iterables do

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from allgpu.core.data import InputContext, PerReplicaInput, _DeviceFeed
+from allgpu.core.dist_iterator import DistributedIterator, every_replica_has_one
 from allgpu.core.sampler import share_bounds
 from allgpu.errors import ArgumentError, DatasetTypeError
 from allgpu.keras.tf_data.facts import read_facts
@@ -80,15 +81,15 @@ class TFDataInput(PerReplicaInput):
     """This replica's batches of a ``tf.data`` dataset on its device; iterate once per epoch (each iteration a new
     pass of the pipeline). Each delivered batch sets the gradient synchroniser's ``weight`` for its backward."""
 
-    def __init__(self, batches: _SplitBatches, device, context: InputContext, sync):
-        super().__init__(batches, device, context)
+    def __init__(self, batches: _SplitBatches, device, context: InputContext, sync, agree=None):
+        super().__init__(batches, device, context, agree)
         self._sync = sync
         self.global_batch_size: int | None = None
         self.per_replica_batch_size: int | None = None
 
-    def __iter__(self) -> Iterator:
+    def __iter__(self) -> DistributedIterator:
         self.feed = _DeviceFeed(self.source, self.device)
-        return self._deliver(self.feed)
+        return DistributedIterator(self._deliver(self.feed), self.agree)
 
     def _deliver(self, feed) -> Iterator:
         try:
@@ -144,4 +145,6 @@ def distribute_tf_dataset(strategy, dataset, global_batch_size, options: dict) -
 def per_replica_tf_dataset(strategy, dataset, context: InputContext) -> TFDataInput:
     """What ``distribute_datasets_from_function`` returns when ``dataset_fn`` gives a ``tf.data`` dataset."""
     threads = limit_tensorflow(strategy._local_replicas())
-    return TFDataInput(_WholeBatches(with_thread_limit(dataset, threads)), strategy.device, context, None)
+    return TFDataInput(_WholeBatches(with_thread_limit(dataset, threads)), strategy.device, context, None,
+                       every_replica_has_one(strategy))
+

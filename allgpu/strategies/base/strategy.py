@@ -21,6 +21,7 @@ from allgpu.errors import ArgumentError, ArgumentTypeError
 from allgpu.runtime import live
 from allgpu.runtime.process_group import release_solo_group
 from allgpu.core.accumulate import Accumulation
+from allgpu.core.dist_iterator import every_replica_has_one
 from allgpu.keras.tf_data import distributed as tf_input, is_tf_dataset, limit_if_imported
 from allgpu.keras.metrics import local_reads
 from allgpu.core.compiling import CompileOverlap, compile_model
@@ -329,13 +330,15 @@ class Strategy(ScopeVariables, TFNames):
         The function shards and batches for itself, using ``input_context.input_pipeline_id`` and
         ``input_context.get_per_replica_batch_size(global_batch_size)``. Local. A ``tf.data`` dataset it returns is
         read as TensorFlow reads it there: not re-batched or sharded, its batches delivered as torch tensors.
+        Its iterator's ``get_next_as_optional()`` is a collective (replicas' pipelines may end at different steps:
+        see :mod:`allgpu.core.dist_iterator`).
         """
         self._one_program.fork()
         context = InputContext(self.num_replicas_in_sync, self.replica_id_in_sync, self.num_replicas_in_sync)
         dataset = dataset_fn(context)
         if is_tf_dataset(dataset):
             return tf_input.per_replica_tf_dataset(self, dataset, context)
-        return PerReplicaInput(dataset, self.device, context)
+        return PerReplicaInput(dataset, self.device, context, every_replica_has_one(self))
 
     def _local_replicas(self) -> int:
         return self._group.local_world_size

@@ -1,0 +1,77 @@
+"""Idioms of TensorFlow's distributed tutorials (tensorflow/docs site/en/tutorials/distribute), in minimal
+reproductions of our own, on two real Gloo workers started with TF_CONFIG as the multi-worker tutorials start them:
+
+- ``strategy.cluster_resolver`` of a ``MultiWorkerMirroredStrategy()`` given no resolver is TF_CONFIG's, never None,
+  and its ``cluster_spec()`` answers ``as_dict()`` (the tutorials' ``_is_chief``);
+- a non-chief worker saving into its own temporary directory, then deleting it (multi_worker_with_ctl's pattern),
+  finds its copy there (before: nothing was written, and the delete failed);
+- ``iterator.get_next()`` / ``get_next_as_optional()`` (input.ipynb); replicas whose own pipelines
+  (``distribute_datasets_from_function``) end at different steps leave the loop together instead of one waiting in
+  the next collective.
+"""
+
+import json
+
+import pytest
+
+from tests.harness import free_port, start_python, write_script
+
+WORKER = """
+import os, shutil, sys, torch, allgpu
+strategy = allgpu.MultiWorkerMirroredStrategy(timeout=60)
+resolver = strategy.cluster_resolver
+spec = resolver.cluster_spec()
+chief = resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in spec.as_dict()
+print("task", resolver.task_type, resolver.task_id, spec.num_tasks("worker"), chief, flush=True)
+
+with strategy.scope():
+    model = torch.nn.Linear(2, 1)
+ckpt = allgpu.checkpoint.Checkpoint(model=model)
+base = os.path.join(sys.argv[1], "ckpt")
+directory = base if chief else os.path.join(sys.argv[1], "workertemp_%d" % resolver.task_id, "ckpt")
+manager = allgpu.checkpoint.CheckpointManager(ckpt, directory=directory, max_to_keep=1)
+for _ in range(2):
+    path = manager.save()
+    print("saved", os.path.isfile(path), sorted(os.listdir(directory)), flush=True)
+    if not chief:
+        shutil.rmtree(directory)
+
+it = iter(strategy.distribute_dataset(torch.utils.data.TensorDataset(torch.arange(8.0)), global_batch_size=4,
+                                      shuffle=False))
+print("get_next", it.get_next()[0].tolist(), next(it)[0].tolist(), flush=True)
+try:
+    it.get_next()
+except allgpu.errors.OutOfRangeError:
+    print("out of range", flush=True)
+
+own = strategy.distribute_datasets_from_function(
+    lambda ctx: [torch.ones(1) * ctx.input_pipeline_id] * (3 if ctx.input_pipeline_id == 0 else 2))
+it, steps = iter(own), 0
+while True:
+    optional = it.get_next_as_optional()
+    if not optional.has_value():
+        break
+    strategy.reduce("sum", optional.get_value())  # a collective each step: a replica left alone would wait here
+    steps += 1
+print("steps", steps, flush=True)
+"""
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(150)
+def test_tutorial_idioms_on_two_tf_config_workers(tmp_path):
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", "127.0.0.1:1"]}
+    script = write_script(tmp_path, "worker.py", WORKER)
+    procs = [start_python([str(script), str(tmp_path)],
+                          env={"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})})
+             for i in range(2)]
+    outs = [p.communicate(timeout=130)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    for i, out in enumerate(outs):
+        assert f"task worker {i} 2 {i == 0}" in out, out
+        assert out.count("saved True ['checkpoint', 'ckpt-") == 2, out
+        first, second = [2 * i, 2 * i + 1], [2 * i + 4, 2 * i + 5]  # replica r: slice r of each global batch
+        assert f"get_next {[float(v) for v in first]} {[float(v) for v in second]}" in out, out
+        assert "out of range" in out and "steps 2" in out, out
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["checkpoint", "ckpt-2"]
+    assert not (tmp_path / "workertemp_1").exists() or not any((tmp_path / "workertemp_1").iterdir())
