@@ -1,6 +1,7 @@
 """The engine tier, Slurm: a real single-node Slurm on localhost (munged, slurmctld, slurmd from Debian's
 slurm-wlm and munge), started once for the module. docs/engines/slurm.md's train.py and batch script run as a
-user runs them; 2 and 4 tasks end with one replica's parameters; scancel mid-epoch then a resubmitted job
+user runs them (2 tasks with the WORLD_SIZE / MASTER_ADDR / MASTER_PORT exports of HPC centres' DDP batch
+scripts); 2 and 4 tasks end with one replica's parameters; scancel mid-epoch then a resubmitted job
 resumes exactly; a task killed with SIGKILL ends the step, named, within 30 s."""
 
 from __future__ import annotations
@@ -59,6 +60,20 @@ def _sbatch(slurm, d, ntasks, *, wait=True):
     return result, out
 
 
+HPC_EXPORTS = """export MASTER_PORT={port}
+export WORLD_SIZE=$(($SLURM_NNODES * $SLURM_NTASKS_PER_NODE))
+export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+srun python"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _params(path):
     return torch.load(path, weights_only=True)
 
@@ -73,6 +88,8 @@ def srun_params(slurm, tmp_path_factory):
             # 4 tasks run the page's script with its other spelling, MirroredStrategy(): it joins the step too
             script = TRAIN.replace("MultiWorkerMirroredStrategy()", "MirroredStrategy()") if n == 4 else TRAIN
             d = _job_dir(tmp_path_factory.mktemp(f"tasks{n}"), "job", script)
+            if n == 2:  # HPC centres' DDP batch scripts export these around srun (no RANK: each task's is Slurm's)
+                (d / "train.sbatch").write_text(SBATCH.replace("srun python", HPC_EXPORTS.format(port=_free_port())))
             if n == 0:
                 one = subprocess.run([sys.executable, "train.py"], cwd=d, env=job_env(), capture_output=True,
                                      text=True, timeout=120)
@@ -139,11 +156,7 @@ def test_a_task_killed_with_sigkill_ends_the_step_named_within_30s(slurm, tmp_pa
 
 
 def test_srun_one_allgpu_run_launcher_per_node_keeps_working(slurm, srun_params, tmp_path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     d = _job_dir(tmp_path, "launcher")
     script = LAUNCHER.replace("allgpu run ", "allgpu run --cpu-replicas 2 ").replace(":29400", f":{port}")
     (d / "train.sbatch").write_text(script)

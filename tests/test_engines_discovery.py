@@ -47,6 +47,19 @@ def test_a_batch_script_without_srun_is_not_a_slurm_step():
     assert discover(batch) is None
 
 
+def test_world_size_exported_around_srun_is_read_as_slurm_and_checked():
+    # HPC centres' DDP batch scripts: export WORLD_SIZE, MASTER_ADDR, MASTER_PORT; then srun python train.py
+    exported = {"WORLD_SIZE": "8", "MASTER_ADDR": "gpu07", "MASTER_PORT": "29500"}
+    spec = discover(srun_env(procid=5, localid=1, nodeid=1, **exported)).process
+    assert (spec.rank, spec.world_size, spec.master_port) == (5, 8, 29500)
+    with pytest.raises(ClusterConfigError, match=r"WORLD_SIZE='16'.*8 tasks.*srun -n 16"):
+        discover(srun_env(procid=5, localid=1, nodeid=1, **{**exported, "WORLD_SIZE": "16"}))
+    # `export RANK=$SLURM_PROCID` in the batch shell gives every task RANK=0: named, not two rank-0 replicas
+    with pytest.raises(ClusterConfigError, match=r"RANK='0'.*SLURM_PROCID=5.*batch shell"):
+        discover(srun_env(procid=5, localid=1, nodeid=1, RANK="0", **exported))
+    assert discover(srun_env(procid=5, localid=1, nodeid=1, RANK="5", **exported)).process.rank == 5
+
+
 def test_malformed_slurm_variable_is_named():
     with pytest.raises(ClusterConfigError, match="SLURM_PROCID='x'"):
         discover(srun_env(procid=0) | {"SLURM_PROCID": "x"})

@@ -38,8 +38,44 @@ def from_tf_config(tf: TFConfig) -> Cluster:
                    tf.rendezvous_port, hosts=hosts)
 
 
+def _exported_around_srun(env: Mapping[str, str]) -> bool:
+    """``WORLD_SIZE`` without ``RANK`` in a task of an ``srun`` step: a batch script's own ``export WORLD_SIZE=...``
+    (with ``MASTER_ADDR``/``MASTER_PORT``) before ``srun python train.py``, the form HPC centres' DDP examples
+    use; each task's rank is Slurm's, so Slurm describes the job (and ``WORLD_SIZE`` must agree with it)."""
+    return "WORLD_SIZE" in env and "RANK" not in env and "SLURM_STEP_ID" in env and "SLURM_JOB_ID" in env
+
+
+def _check_exported_world_size(env: Mapping[str, str], cluster: Cluster) -> None:
+    raw = env["WORLD_SIZE"]
+    if raw.strip().isdigit() and int(raw) == cluster.units:
+        return
+    raise ClusterConfigError(
+        f"WORLD_SIZE={raw!r} is set (by the batch script?), but this srun step has {cluster.units} task"
+        f"{'s' if cluster.units != 1 else ''} (SLURM_STEP_NUM_TASKS), and each task is one replica. Fix: make srun "
+        f"start WORLD_SIZE tasks (srun -n {raw}, or --ntasks-per-node x --nodes), or drop the `export WORLD_SIZE` "
+        "(allgpu reads the number of replicas from Slurm).")
+
+
+def _check_rank_against_srun(env: Mapping[str, str]) -> None:
+    """``RANK`` without a launcher's ``LOCAL_RANK`` in a task of an ``srun`` step must be the task's own rank: a batch
+    script's ``export RANK=$SLURM_PROCID`` runs once, in the batch shell (always 0), so every task would claim rank 0
+    (one fails with EADDRINUSE at the rendezvous, the other waits there for the timeout)."""
+    if "RANK" not in env or "LOCAL_RANK" in env or "SLURM_STEP_ID" not in env or "SLURM_PROCID" not in env:
+        return
+    if env["RANK"].strip() == env["SLURM_PROCID"].strip():
+        return
+    raise ClusterConfigError(
+        f"RANK={env['RANK']!r} is set, but this is task SLURM_PROCID={env['SLURM_PROCID']} of an srun step: the tasks "
+        "would not have distinct ranks (an `export RANK=$SLURM_PROCID` in the batch script runs once, in the batch "
+        "shell, where SLURM_PROCID is 0). Fix: drop the export (allgpu reads each task's rank from Slurm), or set it "
+        "inside each task: srun bash -c 'RANK=$SLURM_PROCID python train.py'.")
+
+
 def launcher(env: Mapping[str, str]) -> Cluster | None:
     """Step 1 and 2 of the order: a launcher's replica, or a PyTorchJob pod; None when neither."""
+    _check_rank_against_srun(env)
+    if _exported_around_srun(env):
+        return None  # not a launcher's replica: Slurm's step describes it (checked against WORLD_SIZE in discover)
     pod = kubernetes.detect_pytorchjob(env)
     if pod is not None:
         return pod
@@ -80,4 +116,6 @@ def discover(env: Mapping[str, str] | None = None, *, tf_config: bool = True) ->
                 f"process {a.index} of {a.units}, {b.engine} ({', '.join(b.variables)}) says process {b.index} of "
                 f"{b.units}. Fix: unset the variables of the engine that did not start this job (e.g. `unset "
                 f"{b.variables[0]}`), or make them agree.")
+    if found and _exported_around_srun(env):
+        _check_exported_world_size(env, found[0])
     return found[0] if found else None
