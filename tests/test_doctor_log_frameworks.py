@@ -227,3 +227,22 @@ def test_no_gpu_said_by_a_gpu_build_puts_the_driver_first():
 ])
 def test_a_gpu_below_what_the_build_needs_in_other_words(text):
     assert causes(text)[:1] == ("unsupported-compute-capability",)
+
+
+@pytest.mark.parametrize("text, cause", [
+    # an op library without its CUDA kernels; Ollama packaged with CPU runners only
+    ("RuntimeError: roi_align_forward_impl: implementation for device cuda:1 not found.", "cpu-build"),
+    ('level=INFO source=routes.go:1200 msg="Dynamic LLM libraries" runners="[cpu cpu_avx cpu_avx2]"', "cpu-build"),
+    # a build whose CMake found no CUDA toolkit, whatever else the tool then says
+    ("-- Looking for a CUDA compiler - NOTFOUND\nmytool: GPU isn't used", "missing-cuda-libs"),
+    ("CMake Warning: Could NOT find CUDAToolkit (missing: CUDAToolkit_INCLUDE_DIR)", "missing-cuda-libs"),
+    # a bare import failure naming a CUDA library
+    ("ImportError: libcublas.so.11", "missing-cuda-libs"),
+])
+def test_builds_without_gpu_kernels_in_their_tools_words(text, cause):
+    assert causes(text)[:1] == (cause,)
+
+
+def test_ollama_runners_with_a_gpu_runner_and_unrelated_imports_name_no_cause():
+    assert causes('msg="Dynamic LLM libraries" runners="[cpu cpu_avx2 cuda_v12 rocm]"') == ()
+    assert causes("ImportError: libGL.so.1") == ()

@@ -61,7 +61,7 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
        r"is not able to use (?:the )?GPU|Device mapping: no known devices|\bGPU (?:was |is )?not (?:found|detected)\b|"
        r"(?:could not|couldn't|cannot|can't|unable to|failed to) (?:find|detect|locate) (?:any |a )?(?:compatible |"
        r"usable |supported |suitable |NVIDIA |CUDA )?(?:GPU|CUDA device)s?\b|Failed to infer device type|"
-       r"FP16 is not supported on CPU|"
+       r"FP16 is not supported on CPU|\bGPU (?:isn't|is not|wasn't|was not) used\b|"
        r"^\W*(?:using|running on|selected|chosen)? ?(?:the )?device\W{0,3}['\"]?cpu['\"]?\W*$",
        None, 0,
        "the framework (or a library on it) reports no usable GPU", "unavailable-text", flags=I),
@@ -70,6 +70,21 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
        None, 0, "PaddlePaddle could not load a CUDA library", "library"),
     _p("paddle-cannot-load", r"Cannot load (?:cudnn|cublas|curand|cusolver|cufft|nccl|cuda) shared library",
        "missing-cuda-libs", 1.0, "PaddlePaddle (older) could not load a CUDA library", flags=I),
+    # a bare import failure naming the library ("ImportError: libcudart.so.10.0", a title cut short)
+    _p("import-error-library", r"ImportError: ((?:lib)?[\w+-]+\.so(?:\.[\d.]+)?)\s*$", None, 0,
+       "a library could not be imported", "library"),
+    # a build that did not find the CUDA toolkit (CMake's own lines), so it was made without CUDA
+    _p("cmake-no-cuda", r"Looking for a CUDA compiler - NOTFOUND|Could NOT find CUDA(?:Toolkit)?\b|"
+       r"No CMAKE_CUDA_COMPILER could be found", "missing-cuda-libs", 0.8,
+       "the build did not find the CUDA toolkit, so it was built without CUDA", also=("cpu-build",)),
+    # --- a build without GPU kernels, as its own tool says ---------------------------------------------------------
+    # an op library built without its CUDA kernels (mmcv's "nms_impl: implementation for device cuda:0 not found")
+    _p("op-no-cuda-impl", r"implementation for device cuda(?::\d+)? not found", "cpu-build", 0.9,
+       "the op library was built without its CUDA kernels (mmcv without CUDA ops)", also=("missing-cuda-libs",)),
+    # Ollama's runners compiled in, none for a GPU ('msg="Dynamic LLM libraries" runners=[cpu]')
+    _p("ollama-cpu-runners", r"Dynamic LLM libraries\W{0,3}(?:runners=)?\W{0,2}\[(?![^\]]*(?:cuda|rocm|metal|vulkan))"
+       r"[^\]]*\]",
+       "cpu-build", 0.9, "Ollama was packaged with CPU runners only", flags=I),
     _p("ort-provider-failed", r"Failed to create CUDAExecutionProvider|Failed to load library "
        r"(?:lib)?onnxruntime_providers_cuda", "missing-cuda-libs", 0.8,
        "ONNX Runtime could not load its CUDA provider (CUDA/cuDNN of the version it was built for not found)",
