@@ -11,6 +11,7 @@ import re
 
 from allgpu.lint import bn_models, set_epoch, tfdata, torch_train
 from allgpu.lint.caller_samplers import report_across_modules
+from allgpu.lint.class_accumulation import CLASS_ACCUMULATION, class_accumulation_backwards
 from allgpu.lint.accumulation import (engine_accumulation, no_sync_around_backward_only, stepped_every_k,
                                       unsynced_step_functions)
 from allgpu.lint.helper_loaders import loaders_used_under_ddp, unsharded_loader_helpers
@@ -285,6 +286,8 @@ def check_pt006(ctx) -> None:
             ctx.emit("PT006", call, "accumulating gradients through a scaler's update_grad flag on a DDP model "
                                     "without no_sync(): every micro-step all-reduces")
             return
+    for back in class_accumulation_backwards(ctx, does)[:1]:
+        return ctx.emit("PT006", back, CLASS_ACCUMULATION)
     if not wrapped:
         return
     for back in stepped_every_k(ctx, does)[:1]:
