@@ -60,3 +60,22 @@ def test_any_other_resolver_is_refused_naming_the_one_that_works():
 
     with pytest.raises(ArgumentError, match="SlurmClusterResolver.*TFConfigClusterResolver"):
         allgpu.MultiWorkerMirroredStrategy(SlurmClusterResolver())
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(60)
+def test_a_rendezvous_port_in_use_is_named_not_a_backend_traceback():
+    # Two batch jobs on one node with the same `export MASTER_PORT=...`: the second's replica 0 cannot listen.
+    import socket
+
+    from tests.harness import run_python
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        done = run_python(["-c", "import allgpu; allgpu.MultiWorkerMirroredStrategy()"], env=env, timeout=50)
+    assert done.returncode != 0
+    assert f"ClusterConfigError: replica 0 of 2 hosts the rendezvous but cannot listen on port {port}" in done.stderr
+    assert "drop the MASTER_PORT export" in done.stderr

@@ -8,6 +8,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from allgpu.errors import ClusterConfigError
 from allgpu.runtime.cluster import ClusterSpec
 from allgpu.runtime.gloo_drain import wait_for_gloo_workers
 from allgpu.runtime.waiting import reporting_wait
@@ -38,7 +39,17 @@ def init_process_group(spec: ClusterSpec, device: torch.device, timeout_s: float
     if not init_method.startswith("env://"):
         kwargs.update(rank=spec.rank, world_size=spec.world_size)
     with reporting_wait(spec, timeout_s):  # every 30 s: whom it waits for, since when, until when
-        dist.init_process_group(backend, init_method=init_method, timeout=timedelta(seconds=timeout_s), **kwargs)
+        try:
+            dist.init_process_group(backend, init_method=init_method, timeout=timedelta(seconds=timeout_s), **kwargs)
+        except dist.DistNetworkError as exc:
+            if "EADDRINUSE" not in str(exc):
+                raise
+            raise ClusterConfigError(
+                f"replica {spec.rank} of {spec.world_size} hosts the rendezvous but cannot listen on port "
+                f"{spec.master_port} of {spec.master_addr}: it is in use (another job or program holds it; a fixed "
+                "`export MASTER_PORT=...` in a batch script gives every job on the node the same one). Fix: choose a "
+                "free port, or under Slurm drop the MASTER_PORT export (allgpu derives one per job step)."
+            ) from exc
     return True
 
 
