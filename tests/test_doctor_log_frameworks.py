@@ -246,3 +246,8 @@ def test_builds_without_gpu_kernels_in_their_tools_words(text, cause):
 def test_ollama_runners_with_a_gpu_runner_and_unrelated_imports_name_no_cause():
     assert causes('msg="Dynamic LLM libraries" runners="[cpu cpu_avx2 cuda_v12 rocm]"') == ()
     assert causes("ImportError: libGL.so.1") == ()
+
+
+def test_markdown_bold_in_a_paste_is_read_through():
+    assert causes("torch.cuda.is_available=**False**")[:1] == ("cpu-build",)
+    assert causes("print(torch.cuda.is_available())\n**False**")[:1] == ("cpu-build",)

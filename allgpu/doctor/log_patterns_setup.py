@@ -115,7 +115,8 @@ SETUP_PATTERNS: tuple[Pattern, ...] = (
        "JAX has no GPU backend (a CPU-only jaxlib, or its CUDA plugin did not load)",
        also=("missing-cuda-libs", "no-driver")),
     # --- no GPU available: what a user prints ---------------------------------------------------------------------
-    _p("gpu-unavailable-flag", r"(?:cuda[._]is_available|is_gpu_available)\(\)\)*['\"]?\)*\s*(?:[:=#>-]+\s*)?(False|True)?\s*$|"
+    _p("gpu-unavailable-flag", r"(?:cuda[._]is_available|is_gpu_available)(?:\(\))?\)*['\"]?\)*\s*(?:[:=#>-]+\s*)?"
+       r"(False|True)?\s*$|"
        r"list_physical_devices\(['\"]GPU['\"]\)\)?\s*$",
        None, 0, "the framework reports no usable GPU", "unavailable-flag"),
     _p("gpu-unavailable-text", r"\b(?:CUDA|GPU)s? (?:is |are )?not available\b|\bNum(?:ber of)? GPUs?(?: Available)?"

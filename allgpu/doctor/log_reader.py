@@ -27,6 +27,8 @@ _UNIT = {"B": 1 / 2**20, "KB": 1 / 1024, "KiB": 1 / 1024, "MB": 1.0, "MiB": 1.0,
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colour codes in captured terminal output
 # Quotes that a browser or editor retyped in a pasted message ("couldn‘t communicate").
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+# Markdown bold a paste keeps around the words that matter ("is_available=**False**", "| **0%** |").
+_BOLD = re.compile(r"\*\*(?=\S)|(?<=\S)\*\*")
 # Memory others hold, as a fraction of the GPU, past which an out-of-memory is blamed on them.
 HELD_FRACTION = 0.5
 # PyTorch's allocator figures (reserved, or allocated + cached) leave out the process's CUDA context: memory they do
@@ -308,7 +310,7 @@ def read_log(text: str) -> LogReading:
     Returns:
         A :class:`LogReading`; an empty ``hits`` list when no known message appears.
     """
-    lines = _ANSI.sub("", text).translate(_QUOTES).splitlines()
+    lines = _BOLD.sub("", _ANSI.sub("", text).translate(_QUOTES)).splitlines()
     reading = LogReading(lines=len(lines), facts=read_facts(lines), setting=read_setting(lines),
                          throughput=read_throughput(lines))
     for i, raw in enumerate(lines):
