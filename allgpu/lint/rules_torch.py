@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import re
 
-from allgpu.lint import bn_models, set_epoch, tfdata, torch_train
+from allgpu.lint import bn_models, sampler_kinds, set_epoch, tfdata, torch_train
 from allgpu.lint.caller_samplers import report_across_modules
 from allgpu.lint.class_accumulation import CLASS_ACCUMULATION, class_accumulation_backwards
 from allgpu.lint.accumulation import (engine_accumulation, no_sync_around_backward_only, stepped_every_k,
@@ -216,10 +216,10 @@ def check_pt004(ctx) -> None:
                                 "call its set_epoch(epoch); pass it as `sampler=` and set its epoch" if call in unused
                  else "each returned DataLoader gets a new DistributedSampler that nothing gives set_epoch(epoch): "
                       "every epoch shuffles the same way; pass the epoch in and set it")
-    if not torch_train.has_epoch_loop(mod):
+    if not (torch_train.has_epoch_loop(mod) or sampler_kinds.passes_over_loader(mod)):
         return
     for call, qn in mod.calls:
-        if qn and qn.startswith("torch.") and qn.endswith("DistributedSampler"):
+        if sampler_kinds.distributed_sampler(mod, call, qn):
             shuffle = kwarg(call, "shuffle")
             if isinstance(shuffle, ast.Constant) and shuffle.value is False or torch_train.evaluation_sampler(mod, call):
                 continue
