@@ -75,3 +75,40 @@ def test_tutorial_idioms_on_two_tf_config_workers(tmp_path):
         assert "out of range" in out and "steps 2" in out, out
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["checkpoint", "ckpt-2"]
     assert not (tmp_path / "workertemp_1").exists() or not any((tmp_path / "workertemp_1").iterdir())
+
+
+KERAS_SAVE = """
+import os, shutil, sys, time, keras, allgpu
+strategy = allgpu.MirroredStrategy(devices=["/cpu:0", "/cpu:1"], timeout=60)
+chief = strategy.replica_id_in_sync == 0
+
+
+@keras.saving.register_keras_serializable()
+class SlowOnChief(keras.Sequential):  # replica 0 is the slower writer
+    def save(self, *args, **kwargs):
+        time.sleep(2 if chief else 0)
+        return super().save(*args, **kwargs)
+
+
+with strategy.scope():
+    model = SlowOnChief([keras.Input((3,)), keras.layers.Dense(2)])
+model_path = os.path.join(sys.argv[1], "model.keras")
+write_path = model_path if chief else os.path.join(sys.argv[1], "workertemp_1", "model.keras")
+os.makedirs(os.path.dirname(write_path), exist_ok=True)
+model.save(write_path)
+if not chief:
+    shutil.rmtree(os.path.dirname(write_path))
+print("loaded", strategy.replica_id_in_sync, keras.models.load_model(model_path).count_params(), flush=True)
+"""
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(150)
+def test_a_non_chief_saving_its_own_copy_then_loading_the_chiefs_finds_it_complete(tmp_path):
+    # multi_worker_with_keras: every worker saves (non-chiefs into a temporary folder they delete), then loads
+    # the chief's file. Before, the non-chief returned from its own save at once and read a file not yet written.
+    script = write_script(tmp_path, "save.py", KERAS_SAVE)
+    proc = start_python([str(script), str(tmp_path)])
+    out = proc.communicate(timeout=130)[0]
+    assert proc.returncode == 0, out
+    assert "loaded 0 8" in out and "loaded 1 8" in out, out

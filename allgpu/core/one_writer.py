@@ -10,7 +10,9 @@ while a replica reading a file replica 0 is still writing reads a partial one. S
   the target (``os.replace``: readers see the old file or the new one, never a partial one), then publishes the
   write's generation for that path in the job's store;
 - on the other replicas waits (not a collective: replica 0 never waits for them) until replica 0's matching write
-  is complete, then returns; a replica naming its own file (``f"model{rank}.keras"``) writes it itself. For a save
+  is complete, then returns; a replica naming its own file (``f"model{rank}.keras"``, or a non-chief worker's
+  temporary folder as in TensorFlow's multi-worker tutorial) writes it itself, and also returns only once replica
+  0's write is complete, so reading replica 0's file right after works (the tutorial's ``load_model``). For a save
   that is itself a collective (a sharded model gathers its shards), the other replicas first run it into a scratch
   file that is deleted, as ``tf.distribute``'s non-chief workers do.
 
@@ -67,8 +69,12 @@ class OneWriter:
         if self.group.rank == 0:
             return self._write_here(target, write, key)
         theirs = self._wait(key, target, what, lambda state: True)
-        if theirs != str(target):  # this replica names its own file: it writes it
-            return write(str(path))
+        if theirs != str(target):
+            # This replica names its own file: it writes it, and returns once replica 0's file is complete too
+            # (TensorFlow's multi-worker tutorial saves a non-chief's copy, deletes it, then loads the chief's).
+            result = write(str(path))
+            self._wait(key, target, what, lambda state: state != "writing")
+            return result
         if collective:
             scratch = _scratch_name(target, self.group.rank)
             try:
