@@ -493,6 +493,19 @@ def test_version_and_regularization_loss_get_their_own_answer():
     assert any(line == 3 and "sum(model.losses)" in msg and "averages" in msg for line, msg in left)
 
 
+def test_file_io_and_counter_variables_are_not_called_ops():
+    # TensorFlow's multi-worker custom-loop tutorial: tf.io.gfile for the non-chief's temporary folder, tf.Variable
+    # epoch and step counters saved in the checkpoint. Both work as they are; the notes said "rewrite with torch".
+    m = _migrate("""\
+        import tensorflow as tf
+        tf.io.gfile.makedirs(temp_dir)
+        epoch = tf.Variable(initial_value=0, name='epoch')
+        """)
+    left = dict(_kinds(m, NOT_CONVERTED))
+    assert "os.makedirs" in left[2] and "works unchanged" in left[2] and "raw TensorFlow op" not in left[2]
+    assert "keras.Variable" in left[3] and "Checkpoint" in left[3] and "raw TensorFlow op" not in left[3]
+
+
 def test_note_lines_name_their_file_and_point_at_the_written_one(tmp_path, capsys):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""\

@@ -120,6 +120,14 @@ WHY_NOT: dict[str, str] = {
                                                " is `sum(model.losses)` (docs/strategies.md, loss convention)",
     "tensorflow.add_n": "`tf.add_n(tensors)` is `sum(tensors)` on torch tensors (a regularization term: "
                         "`sum(model.losses)`)",
+    "tensorflow.io.gfile": "TensorFlow's file API, not an op on tensors: it works unchanged while TensorFlow is "
+                           "installed (allgpu[tf], which tf.data needs too); without TensorFlow write "
+                           "os.makedirs(path, exist_ok=True), shutil.rmtree(path), open(path), glob.glob(pattern)",
+    "tensorflow.Variable": "a TensorFlow variable: as a counter saved in a checkpoint (an epoch, a step) it works "
+                           "unchanged while TensorFlow is installed (allgpu.checkpoint.Checkpoint saves anything with "
+                           "numpy() and assign()), or write keras.Variable(0, dtype='int64'), which has the same "
+                           "numpy(), assign() and assign_add(); a trained weight must be a layer's, built in "
+                           "strategy.scope()",
     "tensorflow.nn.compute_average_loss": "TensorFlow's sample_weight is its second positional argument, "
                                           "allgpu's is global_batch_size: pass them by keyword",
 }
