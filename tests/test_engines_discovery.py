@@ -189,3 +189,19 @@ def test_mpirun_inside_a_slurm_allocation_is_read_as_mpi_ranks():
 def test_malformed_mpi_variable_is_named():
     with pytest.raises(ClusterConfigError, match="OMPI_COMM_WORLD_RANK='x'"):
         discover(ompi_env(0, OMPI_COMM_WORLD_RANK="x"))
+
+
+def test_a_slurm_task_waiting_at_the_rendezvous_says_a_failed_task_never_comes(monkeypatch, capsys):
+    # srun keeps the other tasks running when one exits before the rendezvous: task 0 would wait the whole timeout
+    import time
+
+    from allgpu.runtime.cluster import ClusterSpec
+    from allgpu.runtime.waiting import reporting_wait
+
+    monkeypatch.setenv("ALLGPU_WAIT_REPORT_S", "0.05")
+    for source, hinted in (("Slurm", True), ("torchrun", False)):
+        with reporting_wait(ClusterSpec(0, 2, 0, 2, "vm", 15001, source), 1800):
+            time.sleep(0.3)
+        err = capsys.readouterr().err
+        assert "replica 0 of 2 has waited" in err
+        assert ("srun --kill-on-bad-exit=1" in err) is hinted, err

@@ -19,6 +19,11 @@ from allgpu.runtime import env
 from allgpu.runtime.cluster import ClusterSpec, from_tf_config_env
 
 REPORT_EVERY_S = 30.0
+# srun's default (KillOnBadExit=0) keeps a step's other tasks running when one exits: a task that failed before
+# the rendezvous (its traceback and srun's `task N: Exited` line are above) never comes, and the rest wait here.
+SLURM_HINT = (" Under srun, a task that failed before the rendezvous never comes (srun printed `task N: Exited` "
+              "above) while srun keeps the others running: fix that task's error, or run `srun --kill-on-bad-exit=1` "
+              "so one failed task ends the step.")
 
 
 def _clock(t: float) -> str:
@@ -52,8 +57,8 @@ def reporting_wait(spec: ClusterSpec, timeout_s: float) -> Iterator[None]:
             waited = time.time() - since
             print(f"allgpu: replica {spec.rank} of {spec.world_size} has waited {waited:.0f} s (since "
                   f"{_clock(since)}) at the rendezvous {spec.master_addr}:{spec.master_port} for {peers(spec)}. "
-                  f"It gives up at {_clock(since + timeout_s)} (timeout={timeout_s:g} s); Ctrl-C stops it now.",
-                  file=sys.stderr, flush=True)
+                  f"It gives up at {_clock(since + timeout_s)} (timeout={timeout_s:g} s); Ctrl-C stops it now."
+                  + (SLURM_HINT if spec.source == "Slurm" else ""), file=sys.stderr, flush=True)
 
     thread = threading.Thread(target=report, name="allgpu-rendezvous-report", daemon=True)
     thread.start()
