@@ -40,6 +40,11 @@ class StrategyStartError(AllGpuError, RuntimeError):
     """Multi-device start failed and ``fallback="error"`` was asked for."""
 
 
+class RestartError(AllGpuError, RuntimeError):
+    """A restart under ``allgpu run`` with fixed node ranks that cannot gather the job again: another node's replicas
+    had all finished cleanly (their launcher does not restart them), or node 0's launcher has ended."""
+
+
 class ClusterConfigError(AllGpuError, ValueError):
     """A malformed or inconsistent cluster description (``TF_CONFIG``, torchrun environment)."""
 

@@ -98,8 +98,9 @@ if os.environ["TORCHELASTIC_RESTART_COUNT"] == "1" and os.environ["RANK"] == "0"
 """ + KILL_ONCE
 
 
-def tf_config_nodes(tmp_path, code: str) -> dict[str, str]:
-    """Chief and worker nodes from one TF_CONFIG, 2 CPU replicas each, ``--max-restarts 1``; their outputs."""
+def tf_config_run(tmp_path, code: str, timeout: float = 80) -> tuple[dict[str, str], dict[str, int]]:
+    """Chief and worker nodes from one TF_CONFIG, 2 CPU replicas each, ``--max-restarts 1``: their outputs and
+    exit codes."""
     script = write(tmp_path, "train.py", code)
     cluster = {"chief": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
     procs = {
@@ -108,12 +109,18 @@ def tf_config_nodes(tmp_path, code: str) -> dict[str, str]:
         for role in ("worker", "chief")  # the worker starts first, yet the chief is node 0
     }
     try:
-        outputs = {role: p.communicate(timeout=80)[0] for role, p in procs.items()}
+        outputs = {role: p.communicate(timeout=timeout)[0] for role, p in procs.items()}
     finally:
         for p in procs.values():
             if p.poll() is None:
                 p.kill()
-    assert all(p.returncode == 0 for p in procs.values()), outputs
+    return outputs, {role: p.returncode for role, p in procs.items()}
+
+
+def tf_config_nodes(tmp_path, code: str) -> dict[str, str]:
+    """:func:`tf_config_run` where both nodes must succeed; their outputs."""
+    outputs, codes = tf_config_run(tmp_path, code)
+    assert all(code == 0 for code in codes.values()), outputs
     return outputs
 
 
@@ -136,6 +143,32 @@ def test_tf_config_node_that_reads_a_finished_attempt_restarts_too(tmp_path):
     assert [r["rank"] for r in recs] == [0, 1, 2, 3]
     assert all(r["world"] == 4 and r["sum"] == 10.0 and r["restart"] == 1 for r in recs)
     assert "ends attempt 0: another node restarted the job (attempt 1 began there)" in outputs["worker"]
+
+
+FAILS_AFTER_THE_CHIEF_FINISHED = """
+import os, sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(1))
+dist.destroy_process_group()
+if os.environ["RANK"] == "2" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    while not all(os.path.exists(os.path.join(sys.argv[1], f"done{r}")) for r in (0, 1)):
+        time.sleep(0.05)
+    raise RuntimeError("the worker's last step failed")
+open(os.path.join(sys.argv[1], f"done{os.environ['RANK']}"), "w").close()
+"""
+
+
+@pytest.mark.timeout(90)
+def test_tf_config_node_that_restarts_after_the_chief_finished_says_why(tmp_path):
+    # The chief's replicas finished; the worker's replica 2 then fails and its node restarts. The chief cannot
+    # follow (its launcher restarts nothing once its replicas succeeded): the worker's attempt 1 used to wait for
+    # them 300 s, then end with a store timeout; now it says why at once and the chief's launcher ends too.
+    outputs, codes = tf_config_run(tmp_path, FAILS_AFTER_THE_CHIEF_FINISHED, timeout=70)
+    assert codes == {"worker": 1, "chief": 0}, outputs
+    summary = outputs["worker"][outputs["worker"].index("allgpu run: replica"):]
+    assert "RestartError: node 1 (replicas 2-3) began restart attempt 1, but node 0 (replicas 0-1" in summary
+    assert "had already finished cleanly in attempt 0" in summary and "make every replica reach the same end" in summary
+    assert "Traceback" not in summary
 
 
 @pytest.mark.timeout(60)

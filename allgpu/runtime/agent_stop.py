@@ -68,6 +68,8 @@ def stopped_words(rank: int, failure, status: str, first=None) -> str:
     error, where = raised
     same = first is not None and (raised_at(first.message) or ("",))[0] == error
     what = f"the same {error.split(':')[0]}" if same else (error if len(error) <= 160 else error[:157] + "...")
+    if error.startswith("RestartError: "):  # allgpu's own error, printed without a traceback
+        return f"{head} raised {what}; ended by {status}"
     when = " and was still exiting when the job was stopped" if state else ""
     return f"{head} raised {what} at {where} (its traceback is above){when}; ended by {status}"
 

@@ -38,6 +38,7 @@ from allgpu.runtime.cluster import from_tf_config_env, split_host_port
 from allgpu.runtime.threads import threads_per_replica
 
 LOOPBACK = "127.0.0.1"
+RESTART_ERROR = "RestartError: "  # how a replica's RestartError begins in its error file
 
 
 @dataclass(frozen=True)
@@ -304,7 +305,9 @@ def describe_failure(error, max_restarts: int) -> str:
         + (f" after {max_restarts} restart(s)." if max_restarts else "."),
     ]
     message = first.message
-    if isinstance(message, dict):
+    if isinstance(message, dict) and str(message.get("message", "")).startswith(RESTART_ERROR):
+        lines.append(message["message"])  # allgpu's own error, complete in itself: no traceback of allgpu's code
+    elif isinstance(message, dict):
         trace = message.get("extraInfo", {}).get("py_callstack") or message.get("message", "")
         lines += [f"Traceback of replica {rank}:", trace.rstrip()]
     elif message:
@@ -313,6 +316,15 @@ def describe_failure(error, max_restarts: int) -> str:
     if others:
         lines.append("The other replicas: " + "; ".join(others) + ".")
     return "\n".join(lines)
+
+
+def node_zero_gone(p: LaunchPlan, error: Exception) -> str:
+    """What ``allgpu run`` says when the elastic agent lost node 0's store (``error``) while restarting."""
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return (f"allgpu run: RestartError: node {p.node_rank} could not restart its replicas: node 0's launcher (its "
+            f"store at {p.rdzv_endpoint}) has ended ({reason}); its replicas finished, or it stopped. A launcher "
+            "does not restart replicas that finished, so the job cannot be gathered again (this node's replicas "
+            "said why above). Fix: make every replica reach the same end, then run the job again on every node.")
 
 
 def _status(failure) -> str:
@@ -338,6 +350,7 @@ def run(script: str, args: Sequence[str] = (), **options) -> int:
     Raises:
         ClusterConfigError, DeviceError, FileNotFoundError: invalid options, before anything starts.
     """
+    from torch.distributed import DistError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
@@ -357,6 +370,11 @@ def run(script: str, args: Sequence[str] = (), **options) -> int:
         except ChildFailedError as error:
             print(describe_failure(error, p.max_restarts), file=sys.stderr, flush=True)
             return exit_code(error.get_first_failure()[1].exitcode) or 1
+        except DistError as error:  # node 0's launcher (the static rendezvous's store) ended during a restart
+            if p.rdzv_backend != "static":
+                raise
+            print(node_zero_gone(p, error), file=sys.stderr, flush=True)
+            return 1
         except SignalException as error:
             name = signal.Signals(error.sigval).name
             words = f" ({SIGINT_WORDS.removeprefix('SIGINT: ')})" if name == "SIGINT" else ""
