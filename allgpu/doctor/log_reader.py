@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from allgpu.doctor.log_blocks import EnvBlocks, read_blocks
 from allgpu.doctor.log_facts import LogFacts, read_facts
 from allgpu.doctor.log_enums import EnumRead, read_enums
+from allgpu.doctor.log_cues import CueReading, read_cues
 from allgpu.doctor.log_families import FamilyHit, library_cause, read_families
 from allgpu.doctor.log_patterns import PATTERNS, PREFIX, Pattern
 from allgpu.doctor.log_patterns_frameworks import FRAMEWORK_PATTERNS
@@ -77,6 +78,7 @@ class LogReading:
             :mod:`allgpu.doctor.log_blocks`), read for the same fallback and shown whatever the verdict.
         enums: the CUDA, NVML and NCCL statuses read by name, number or text (:mod:`allgpu.doctor.log_enums`),
             shown whatever the verdict (the families use those that name a cause).
+        cues: the field's words per cause (:mod:`allgpu.doctor.log_cues`), the last fallback.
     """
 
     lines: int = 0
@@ -96,6 +98,7 @@ class LogReading:
     families: list[FamilyHit] = field(default_factory=list)
     blocks: EnvBlocks = field(default_factory=EnvBlocks)
     enums: list[EnumRead] = field(default_factory=list)
+    cues: CueReading = field(default_factory=lambda: CueReading(None, 0, {}))
 
     def causes(self) -> list[LogHit]:
         """Hits that point at a cause (weight > 0)."""
@@ -337,5 +340,6 @@ def read_log(text: str) -> LogReading:
     reading.families = read_families(lines, frozenset(h.line for h in reading.hits))
     reading.blocks = read_blocks(lines)
     reading.enums = read_enums(lines)
+    reading.cues = read_cues(lines, bool(reading.blocks.collect_env), frozenset(h.line for h in reading.hits))
     reading.tail = [(n + 1, ln.strip()[:240]) for n, ln in enumerate(lines) if ln.strip()][-TAIL:]
     return reading

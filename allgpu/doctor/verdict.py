@@ -276,6 +276,22 @@ def _block_findings(log: LogReading) -> list[Problem]:
     return _findings(scores, {cause: BLOCK_NOTE for cause in scores.weights})
 
 
+CUE_NOTE = ("Read from the field's words alone (the lowest confidence: no message, environment block or wording "
+            "family the doctor knows names a cause); the words it rested on: {words}. Check them against the log.")
+
+
+def _cue_findings(log: LogReading) -> list[Problem]:
+    """The last fallback: the cause whose cue words lead clearly (:mod:`allgpu.doctor.log_cues`); none when the
+    cues are absent or split."""
+    cause = log.cues.cause
+    if cause is None:
+        return []
+    scores = _Scores()
+    for words, line, text in log.cues.found[cause]:
+        scores.add(cause, THRESHOLD, "cue:" + words, f"log line {line}: {text}")
+    return _findings(scores, {cause: CUE_NOTE.format(words=log.cues.words(cause))})
+
+
 def verdict_from_log(log: LogReading) -> Verdict:
     """The verdict for a log alone (``allgpu doctor --log FILE``).
 
@@ -287,6 +303,8 @@ def verdict_from_log(log: LogReading) -> Verdict:
     findings = _findings(scores, _details(log))
     if not findings:
         findings = _block_findings(log) or _family_findings(log)
+    if not findings and not _all_used(present, registered, used):
+        findings = _cue_findings(log)
     if not findings and _all_used(present, registered, used):
         findings = [Problem("multi-gpu-ok", "info",
                             f"The log shows {registered} GPU(s) registered"
@@ -304,6 +322,9 @@ def verdict_from_log(log: LogReading) -> Verdict:
                      "N', num_replicas_in_sync) or `allgpu doctor --run` would tell.")
     elif nothing:
         notes.append(NOTHING_KNOWN)
+    if nothing and log.cues.found:
+        notes.append("Words of causes found, too few or too split to name one: " + "; ".join(
+            f"{cause} ({log.cues.words(cause)})" for cause in log.cues.found) + ".")
     return Verdict(present, registered, used, tuple(findings), tuple(notes), nothing)
 
 
