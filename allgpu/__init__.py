@@ -35,6 +35,7 @@ _EXPORTS = {
     "Callback": "allgpu.train",
     "Placement": "allgpu.runtime.placement",
     "compute_average_loss": "allgpu.core.losses",
+    "scale_regularization_loss": "allgpu.core.losses",
     "ReduceOp": "allgpu.core.reduce_op",
     "TFConfigClusterResolver": "allgpu.runtime.cluster_resolver",
 }

@@ -5,6 +5,8 @@ reproductions of our own, on two real Gloo workers started with TF_CONFIG as the
   and its ``cluster_spec()`` answers ``as_dict()`` (the tutorials' ``_is_chief``);
 - a non-chief worker saving into its own temporary directory, then deleting it (multi_worker_with_ctl's pattern),
   finds its copy there (before: nothing was written, and the delete failed);
+- ``compute_average_loss`` + ``scale_regularization_loss`` (the tutorials' loss with a regularizer) reduced with
+  SUM is one device's loss (before, the regularization was counted once per replica), with one device's gradient;
 - ``iterator.get_next()`` / ``get_next_as_optional()`` (input.ipynb); replicas whose own pipelines
   (``distribute_datasets_from_function``) end at different steps leave the loop together instead of one waiting in
   the next collective.
@@ -26,6 +28,20 @@ print("task", resolver.task_type, resolver.task_id, spec.num_tasks("worker"), ch
 
 with strategy.scope():
     model = torch.nn.Linear(2, 1)
+
+# The tutorials' loss: compute_average_loss(per_example) + scale_regularization_loss(regularization); reduced with
+# SUM it is one device's loss on the global batch, and the averaged gradient is one device's.
+torch.manual_seed(0)
+x, y = torch.randn(8, 2), torch.randn(8, 1)
+r = strategy.replica_id_in_sync
+w, b = model.weight.detach().clone().requires_grad_(), model.bias.detach().clone().requires_grad_()
+one_device = ((x @ w.T + b - y) ** 2).mean() + 0.5 * (w ** 2).sum()
+one_device.backward()
+loss = (allgpu.compute_average_loss(((model(x[4 * r:4 * r + 4]) - y[4 * r:4 * r + 4]) ** 2).squeeze(1))
+        + allgpu.scale_regularization_loss(0.5 * (model.weight ** 2).sum()))
+loss.backward()
+print("loss", torch.allclose(strategy.reduce("sum", loss.detach()), one_device.detach(), rtol=1e-6),
+      "grad", torch.allclose(model.weight.grad, w.grad, rtol=1e-5), flush=True)
 ckpt = allgpu.checkpoint.Checkpoint(model=model)
 base = os.path.join(sys.argv[1], "ckpt")
 directory = base if chief else os.path.join(sys.argv[1], "workertemp_%d" % resolver.task_id, "ckpt")
@@ -68,7 +84,7 @@ def test_tutorial_idioms_on_two_tf_config_workers(tmp_path):
     outs = [p.communicate(timeout=130)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     for i, out in enumerate(outs):
-        assert f"task worker {i} 2 {i == 0}" in out, out
+        assert f"task worker {i} 2 {i == 0}" in out and "loss True grad True" in out, out
         assert out.count("saved True ['checkpoint', 'ckpt-") == 2, out
         first, second = [2 * i, 2 * i + 1], [2 * i + 4, 2 * i + 5]  # replica r: slice r of each global batch
         assert f"get_next {[float(v) for v in first]} {[float(v) for v in second]}" in out, out

@@ -58,3 +58,32 @@ def compute_average_loss(per_example_loss: torch.Tensor, global_batch_size: int 
     if scale == 1:
         return value
     return value + (scale - 1) * (value - value.detach())
+
+
+def scale_regularization_loss(regularization_loss, strategy=None) -> torch.Tensor:
+    """``regularization_loss / num_replicas_in_sync``, TensorFlow's value, with allgpu's gradients.
+
+    Follows ``tf.nn.scale_regularization_loss`` (TensorFlow's tutorials add
+    ``tf.nn.scale_regularization_loss(tf.add_n(model.losses))`` to :func:`compute_average_loss`'s value). The value
+    on each replica is TensorFlow's, so ``strategy.reduce("sum", loss)`` counts the regularization once at every
+    replica count, as in TensorFlow; its gradient is scaled by ``num_replicas_in_sync`` so that, after allgpu
+    averages gradients across replicas, every replica holds the regularization's whole gradient (one device's).
+
+    Args:
+        regularization_loss: a scalar tensor (``sum(model.losses)``), or a list of them (summed).
+        strategy: whose replica count to use; default the newest live strategy (one replica without any).
+
+    Returns:
+        A scalar tensor. Not a collective.
+    """
+    if strategy is None:
+        from allgpu.runtime.live import current
+
+        strategy = current()
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    if isinstance(regularization_loss, (list, tuple)):
+        regularization_loss = sum(regularization_loss)
+    value = regularization_loss / replicas
+    if replicas == 1 or not isinstance(value, torch.Tensor):
+        return value
+    return value + (replicas - 1) * (value - value.detach())

@@ -29,6 +29,8 @@ RENAMES: dict[str, str] = {
     "tensorflow.train.CheckpointManager": "allgpu.checkpoint.CheckpointManager",
     "tensorflow.train.latest_checkpoint": "allgpu.checkpoint.latest_checkpoint",
     "tensorflow.nn.compute_average_loss": "allgpu.compute_average_loss",
+    "tensorflow.nn.scale_regularization_loss": "allgpu.scale_regularization_loss",
+    "tensorflow.add_n": "sum",
     # Keras 3 takes the reduction as a string; the Reduction enum is gone.
     "tensorflow.keras.losses.Reduction.NONE": '"none"',
     "tensorflow.keras.losses.Reduction.SUM": '"sum"',
@@ -114,12 +116,6 @@ WHY_NOT: dict[str, str] = {
                         "keras.io/guides/migrating_to_keras_3",
     "tensorflow.__version__": "TensorFlow's version string, not a TensorFlow op: the migrated script runs on Keras 3 "
                               "and PyTorch; drop it, or print keras.__version__ / torch.__version__",
-    "tensorflow.nn.scale_regularization_loss": "TensorFlow divides the regularization loss by the replica count "
-                                               "because it then sums gradients; allgpu averages them, so add it "
-                                               "undivided: `tf.nn.scale_regularization_loss(tf.add_n(model.losses))`"
-                                               " is `sum(model.losses)` (docs/strategies.md, loss convention)",
-    "tensorflow.add_n": "`tf.add_n(tensors)` is `sum(tensors)` on torch tensors (a regularization term: "
-                        "`sum(model.losses)`)",
     "tensorflow.io.gfile": "TensorFlow's file API, not an op on tensors: it works unchanged while TensorFlow is "
                            "installed (allgpu[tf], which tf.data needs too); without TensorFlow write "
                            "os.makedirs(path, exist_ok=True), shutil.rmtree(path), open(path), glob.glob(pattern)",
