@@ -93,3 +93,27 @@ def test_checkpoint_saved_inside_an_accumulation_cycle_warns(tmp_path):
             checkpoint.save(tmp_path, model=model, optimizer=optimizer, step=2)
     finally:
         strategy.close()
+
+
+def _accelerate_style_loop():
+    # Accelerate's gradient_accumulation.py: optimizer.step() / zero_grad() on every micro-batch inside accumulate()
+    strategy = allgpu.MirroredStrategy()
+    with strategy.scope():
+        model = torch.nn.Linear(6, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 6) + strategy.replica_id_in_sync  # each replica's own micro-batch
+    try:
+        with strategy.accumulate(2):
+            model(x).sum().backward()
+            optimizer.step()
+    except allgpu.errors.UnsupportedError as exc:
+        return str(exc)
+    return "stepped"
+
+
+@pytest.mark.timeout(60)
+def test_an_optimizer_step_inside_an_open_accumulation_cycle_is_refused():
+    # before: each replica stepped with its own gradients, the 2 replicas silently drifted apart
+    for message in allgpu.launch(_accelerate_style_loop, num_replicas=2):
+        assert "SGD.step() after micro-batch 1 of 2 of strategy.accumulate(2)" in message, message
+        assert "if acc.sync_step: optimizer.step()" in message

@@ -241,7 +241,9 @@ class Strategy(ScopeVariables, TFNames):
         ``k`` micro-batches of size b equal one batch of size ``k * b``. Do not divide the loss by ``k``.
 
         The counter lives in the strategy: ``strategy.accumulate(k)`` returns the same object for the same ``k``,
-        so ``with strategy.accumulate(4):`` written inside the loop (Accelerate's style) counts correctly too.
+        so ``with strategy.accumulate(4):`` written inside the loop (Accelerate's style) counts correctly too; but an
+        ``optimizer.step()`` inside an open cycle (Accelerate's loop steps on every micro-batch: its optimizer skips)
+        raises :class:`~allgpu.errors.UnsupportedError`: step under ``if acc.sync_step:``.
         Local; every replica must use the same ``k``, since the all-reduce of each k-th backward is a collective.
         """
         if k not in self._accumulations:
@@ -348,6 +350,8 @@ class Strategy(ScopeVariables, TFNames):
         (replica 0, which may host the job's store, leaves last)."""
         if self._check is not None:
             self._check.close()
+        for accumulation in self._accumulations.values():
+            accumulation.close()
         self._overlap.close()
         live.unregister(self)
         self._group.close()
