@@ -39,33 +39,34 @@ def _ranks(env: Mapping[str, str]) -> tuple[int, int]:
 
 def note_finished(store, env: Mapping[str, str], checkpoint: str = "") -> None:
     """Count this replica, whose script ended cleanly, in the agent ``store``; the node's last replica to do so
-    marks the node finished (key ``allgpu/RUN/node_finished/GROUP_RANK``). ``checkpoint``: the newest-checkpoint
-    sentence (:func:`allgpu.runtime.interrupt.checkpoint_note`) or ``""``. Store requests only; not a collective."""
-    node, attempt = env["GROUP_RANK"], int(env["TORCHELASTIC_RESTART_COUNT"])
+    marks the node finished, and the job's first finished node is kept under ``allgpu/RUN/first_finished_node``
+    (one key, so a restarted replica's watch costs one store request a look, whatever the node count).
+    ``checkpoint``: the newest-checkpoint sentence (:func:`allgpu.runtime.interrupt.checkpoint_note`) or ``""``.
+    Store requests only; not a collective."""
+    node, attempt = int(env["GROUP_RANK"]), int(env["TORCHELASTIC_RESTART_COUNT"])
     if checkpoint:
         store.set(_key(env, f"node_checkpoint/{node}"), checkpoint)
-    if store.add(_key(env, f"attempt_{attempt}/node_{node}/finished"), 1) == int(env["LOCAL_WORLD_SIZE"]):
+    if store.add(_key(env, f"attempt_{attempt}/node_{node}/finished"), 1) != int(env["LOCAL_WORLD_SIZE"]):
+        return
+    if store.add(_key(env, "finished_nodes"), 1) == 1:  # the first node of the job to finish
         first, last = _ranks(env)
-        info = {"attempt": attempt, "first": first, "last": last, "host": socket.gethostname()}
-        store.set(_key(env, f"node_finished/{node}"), json.dumps(info))
+        info = {"node": node, "attempt": attempt, "first": first, "last": last, "host": socket.gethostname()}
+        store.set(_key(env, "first_finished_node"), json.dumps(info))
 
 
 def finished_elsewhere(store, env: Mapping[str, str]) -> dict | None:
-    """The first other node whose replicas all finished in an earlier attempt than this replica's (a dict with
-    ``node``, ``attempt``, ``first``, ``last``, ``host``, ``checkpoint``), or None. Store requests only."""
-    attempt, node = int(env["TORCHELASTIC_RESTART_COUNT"]), int(env["GROUP_RANK"])
-    if attempt == 0:
+    """The job's first finished node when it finished in an earlier attempt than this replica's (a dict with
+    ``node``, ``attempt``, ``first``, ``last``, ``host``, ``checkpoint``), or None. A node that finished is never
+    restarted, so it cannot be this replica's node, and every node finishing after it did so in the same attempt
+    or, restarted later, cannot finish at all. Store requests only."""
+    attempt, key = int(env["TORCHELASTIC_RESTART_COUNT"]), _key(env, "first_finished_node")
+    if attempt == 0 or not store.check([key]):
         return None
-    for other in range(int(env["GROUP_WORLD_SIZE"])):
-        key = _key(env, f"node_finished/{other}")
-        if other == node or not store.check([key]):
-            continue
-        info = json.loads(store.get(key))
-        if info["attempt"] < attempt:
-            saved = _key(env, f"node_checkpoint/{other}")
-            info["checkpoint"] = store.get(saved).decode() if store.check([saved]) else ""
-            return {**info, "node": other}
-    return None
+    info = json.loads(store.get(key))
+    if info["attempt"] >= attempt:
+        return None
+    saved = _key(env, f"node_checkpoint/{info['node']}")
+    return {**info, "checkpoint": store.get(saved).decode() if store.check([saved]) else ""}
 
 
 def release_exit_barrier(store, env: Mapping[str, str]) -> None:
