@@ -106,7 +106,10 @@ class Importer:
             importer, (module, _, name) = Importer(fm.path), target.rpartition(".")
         return None
 
-    def _find(self, dotted: str):
+    def locate(self, dotted: str) -> Path | None:
+        """The file of the project module ``dotted`` as this file imports it (not parsed), or None."""
+        if dotted.split(".")[0] in LIBRARIES:
+            return None
         level = len(dotted) - len(dotted.lstrip("."))
         name = dotted[level:]
         if level:
@@ -118,8 +121,12 @@ class Importer:
         for base in bases:
             for cand in ((base / f"{rel}.py") if rel else None, base / rel / "__init__.py"):
                 if cand is not None and cand.is_file() and cand.resolve() != self.path:
-                    return _parse(cand)
+                    return cand
         return None
+
+    def _find(self, dotted: str):
+        path = self.locate(dotted)
+        return _parse(path) if path is not None else None
 
 
 def find_def(path: Path, module: str, name: str):

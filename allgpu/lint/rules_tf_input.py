@@ -12,6 +12,7 @@ from allgpu.lint.binding import after_strategy_ends, name_loads
 from allgpu.lint.config_batch import check_config_batch
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg
 from allgpu.lint.run_inputs import run_fed_pipelines
+from allgpu.lint.trainer_batch import check_trainer_batch
 
 
 def _named_global(node: ast.expr | None) -> bool:
@@ -65,6 +66,7 @@ def check_tf007(ctx) -> None:
     (printing the replica count) does not silence a ``.batch(64)`` that ignores it.
     """
     mod, facts = ctx.mod, ctx.facts
+    check_trainer_batch(ctx)  # the strategy may be made by a project trainer the pipeline is handed to
     if not facts.has_strategy("tf"):
         return
     trained = _trained_steps(ctx)
