@@ -323,8 +323,8 @@ def node_zero_gone(p: LaunchPlan, error: Exception) -> str:
     reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return (f"allgpu run: RestartError: node {p.node_rank} could not restart its replicas: node 0's launcher (its "
             f"store at {p.rdzv_endpoint}) has ended ({reason}); its replicas finished, or it stopped. A launcher "
-            "does not restart replicas that finished, so the job cannot be gathered again (this node's replicas "
-            "said why above). Fix: make every replica reach the same end, then run the job again on every node.")
+            "does not restart replicas that finished, so the job cannot be gathered again (the failure that "
+            "restarted this node is printed above). Fix: make every replica reach the same end, then run the job again on every node.")
 
 
 def _status(failure) -> str:
