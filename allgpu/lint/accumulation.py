@@ -30,14 +30,14 @@ def under_accumulation_test(mod, node: ast.AST, loop: ast.AST) -> bool:
     return False
 
 
-def stepped_every_k(ctx, does) -> list[ast.Call]:
+def stepped_every_k(ctx, does, loops: bool = True) -> list[ast.Call]:
     """The unconditional backward of each loop that steps the optimizer only under a micro-step test
     (``if (i + 1) % accum_steps == 0: optimizer.step()``), in a file that names an accumulation count; and of
     each step method a framework calls once per batch (``loss.backward()`` then ``if update_idx % period ==
     period - 1: self.optimizer.step()`` in one function, no loop of its own: ClassyVision's ``run_optimizer``)."""
     mod, facts = ctx.mod, ctx.facts
     out = []
-    if any(_ACCUM.search(n.lower()) for n in mod.name_ids | mod.attrs.keys()):
+    if loops and any(_ACCUM.search(n.lower()) for n in mod.name_ids | mod.attrs.keys()):
         for loop in mod.loops:
             back = _backward_stepped_every_k(mod, facts, does, loop, loop.body, under_accumulation_test)
             if back is not None:
@@ -54,7 +54,7 @@ def unsynced_step_functions(ctx, does) -> list[ast.Call]:
     decide when gradients sync, in a file that controls syncing elsewhere (speechbrain's ``Brain.fit_batch`` beside
     the ``Brain.no_sync`` it defines and never enters, a0502)."""
     mod = ctx.mod
-    return [b for b in stepped_every_k(ctx, does)
+    return [b for b in stepped_every_k(ctx, does, loops=False)
             if mod.enclosing_function(b) is not None and not sync_controlled(mod, b)]
 
 

@@ -65,8 +65,13 @@ def _before_set_device(mod, call: ast.Call) -> bool:
     each rank's GPU: its function (or the module's top level) calls ``torch.cuda.set_device`` only on lines below it,
     outside any loop around both (the SMDDP MNIST script's ``DDP(Net().to(device))`` then ``set_device``, a0501)?
     The bare device names GPU 0 until then."""
-    fn = mod.enclosing_function(call)
-    sets = [c for c, qn in mod.calls if qn == "torch.cuda.set_device" and mod.enclosing_function(c) is fn]
+    by_fn = mod.__dict__.get("_set_device_calls")
+    if by_fn is None:  # once a module: the set_device calls by the function that holds them
+        by_fn = mod.__dict__["_set_device_calls"] = {}
+        for c, qn in mod.calls:
+            if qn == "torch.cuda.set_device":
+                by_fn.setdefault(id(mod.enclosing_function(c)), []).append(c)
+    sets = by_fn.get(id(mod.enclosing_function(call)), [])
     if not sets or any(c.lineno <= call.lineno for c in sets):
         return False
     loops = (ast.For, ast.AsyncFor, ast.While)
