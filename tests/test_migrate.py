@@ -494,6 +494,15 @@ def test_version_and_regularization_loss_get_their_own_answer():
     assert "reg = allgpu.scale_regularization_loss(sum(model.losses))" in m.result
 
 
+def test_tensorflow_seed_becomes_keras_seed_which_also_seeds_the_torch_weights():
+    # tf.random.set_seed drew a TF Keras model's initial weights too; after migration they are PyTorch's.
+    m = _migrate("""\
+        import tensorflow as tf
+        tf.random.set_seed(0)
+        """)
+    assert "keras.utils.set_random_seed(0)" in m.result and not _kinds(m, NOT_CONVERTED)
+
+
 def test_file_io_and_counter_variables_are_not_called_ops():
     # TensorFlow's multi-worker custom-loop tutorial: tf.io.gfile for the non-chief's temporary folder, tf.Variable
     # epoch and step counters saved in the checkpoint. Both work as they are; the notes said "rewrite with torch".

@@ -159,6 +159,15 @@ def test_keras_model_and_optimizer_restore_into_fresh_unbuilt_objects(tmp_path):
     for a, b in zip(model.get_weights(), model2.get_weights()):
         assert (a == b).all()
 
+    # A model without Input builds at its first call (TensorFlow's custom-training tutorial restores into
+    # create_model() and evaluates it): restored when Keras builds it, the optimizer with it. Before, it kept
+    # its initial weights and the evaluation ran at chance accuracy.
+    lazy, lazy_optimizer = keras.Sequential([keras.layers.Dense(2)]), keras.optimizers.Adam(0.1)
+    status = checkpoint.Checkpoint(model=lazy, optimizer=lazy_optimizer).restore(path)
+    assert status.deferred == ["model", "optimizer"] and not lazy.built
+    assert torch.allclose(lazy(x).detach().cpu(), model(x).detach().cpu())
+    assert int(lazy_optimizer.iterations) == 4
+
 
 class _Counter:
     """What tf.Variable and keras.Variable share: numpy() and assign() (TensorFlow's multi-worker custom-loop

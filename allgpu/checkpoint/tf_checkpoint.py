@@ -36,7 +36,8 @@ class CheckpointLoadStatus:
         restored: names of this Checkpoint's objects loaded from the file.
         missing: names of this Checkpoint's objects the file does not hold (left as they are).
         unused: names the file holds that this Checkpoint has no object for (not loaded).
-        deferred: Keras models or optimizers not built yet, whose saved values were not loaded.
+        deferred: Keras models or optimizers not built yet: their saved values are loaded when Keras builds the
+            model (its first call; TensorFlow's restore-on-create), the optimizers' right after.
     """
 
     def __init__(self, path, restored=(), missing=(), unused=(), deferred=()):
@@ -207,6 +208,7 @@ class Checkpoint:
             if name in saved:
                 done = trackables.restore(name, obj, self._kinds[name], saved[name], path)
                 (restored if done else deferred).append(name)
+        self._restore_when_built(saved, path, deferred)
         self.save_counter = int(payload.get("save_counter", self.save_counter))
         return CheckpointLoadStatus(str(path), restored, [n for n in self._objects if n not in saved],
                                     [n for n in saved if n not in self._objects], deferred)
@@ -214,6 +216,21 @@ class Checkpoint:
     def read(self, save_path: str | os.PathLike, options=None) -> CheckpointLoadStatus:
         """Load a file written by :meth:`write` (``tf.train.Checkpoint.read``); the same as :meth:`restore`."""
         return self.restore(save_path, options)
+
+    def _restore_when_built(self, saved: dict, path: Path, deferred: list[str]) -> None:
+        """Deferred Keras models load their values when Keras builds them (TensorFlow's restore-on-create), and then
+        the deferred optimizers, built over the model's variables."""
+        models = [n for n in deferred if self._kinds[n] == "keras"]
+        optimizers = [n for n in deferred if self._kinds[n] == "keras_optimizer"]
+
+        def optimizers_now() -> None:
+            self._build_keras_optimizers({n: saved[n] for n in optimizers})
+            for name in optimizers:
+                trackables.restore(name, self._objects[name], "keras_optimizer", saved[name], path)
+
+        for name in models:
+            trackables.restore_when_built(name, self._objects[name], saved[name], path,
+                                          optimizers_now if len(models) == 1 else lambda: None)
 
     def _build_keras_optimizers(self, saved: dict) -> None:
         """Build an unbuilt Keras optimizer over the one Keras model's trainable variables before loading its slots

@@ -17,9 +17,10 @@ Tensors are saved on CPU, so the file loads with ``torch.load(weights_only=True)
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -128,6 +129,25 @@ def restore(name: str, obj: Any, kind: str, saved: dict, source: Path) -> bool:
         for variable, value in zip(variables, state["values"]):
             variable.assign(value.to(variable.value.device))
     return True
+
+
+def restore_when_built(name: str, obj: Any, saved: dict, source: Path, after: Callable[[], None]) -> None:
+    """TensorFlow's restore-on-create for a Keras model not built yet (a ``Sequential`` without ``Input`` builds at
+    its first call): once Keras has built it, ``saved`` is assigned to its variables, then ``after()`` runs (the
+    Checkpoint's unbuilt optimizers). Wraps the instance's ``build`` (Keras's own per-instance wrapper) once; the
+    first build restores and puts the wrapper back. Before, such a model kept its initial weights without a word:
+    TensorFlow's custom-training tutorial evaluated its restored copy at chance accuracy."""
+    build = obj.build
+
+    @functools.wraps(build)
+    def build_then_restore(*args, **kwargs):
+        obj.build = build
+        result = build(*args, **kwargs)
+        restore(name, obj, "keras", saved, source)
+        after()
+        return result
+
+    obj.build = build_then_restore
 
 
 def _fit(name: str, mine: list, saved: list, source: Path, paths: list | None = None) -> None:

@@ -31,6 +31,9 @@ RENAMES: dict[str, str] = {
     "tensorflow.nn.compute_average_loss": "allgpu.compute_average_loss",
     "tensorflow.nn.scale_regularization_loss": "allgpu.scale_regularization_loss",
     "tensorflow.add_n": "sum",
+    # TensorFlow's seed also drew a TF Keras model's initial weights; Keras 3's helper seeds TensorFlow (tf.data's
+    # shuffles) and the PyTorch backend (weights, Dropout), Python and NumPy.
+    "tensorflow.random.set_seed": "keras.utils.set_random_seed",
     # Keras 3 takes the reduction as a string; the Reduction enum is gone.
     "tensorflow.keras.losses.Reduction.NONE": '"none"',
     "tensorflow.keras.losses.Reduction.SUM": '"sum"',
