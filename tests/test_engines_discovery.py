@@ -205,3 +205,26 @@ def test_a_slurm_task_waiting_at_the_rendezvous_says_a_failed_task_never_comes(m
         err = capsys.readouterr().err
         assert "replica 0 of 2 has waited" in err
         assert ("srun --kill-on-bad-exit=1" in err) is hinted, err
+
+
+def test_a_batch_script_shell_with_several_tasks_is_told_to_use_srun(monkeypatch):
+    # `python train.py` in an sbatch script with --ntasks=2 (no srun): one process, which must say why
+    import warnings
+
+    import allgpu
+
+    batch = {"SLURM_JOB_ID": "20", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "vm"}
+    with pytest.raises(ClusterConfigError, match=r"RANK missing.*batch script of Slurm job 20.*srun python train.py"):
+        discover({**batch, "WORLD_SIZE": "2", "MASTER_ADDR": "vm", "MASTER_PORT": "29500"})
+    import torch
+
+    if torch.cuda.is_available():
+        return  # with a GPU the strategy would start its replicas on it, with no warning to check
+    for key, value in batch.items():
+        monkeypatch.setenv(key, value)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        strategy = allgpu.MirroredStrategy()
+    strategy.close()
+    assert any("(2 tasks allocated), not a task of an srun step" in str(w.message) for w in caught), \
+        [str(w.message) for w in caught]

@@ -31,6 +31,7 @@ from allgpu.runtime.live import check_second
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.cluster import ClusterSpec
 from allgpu.runtime.engines import Cluster, discover, launcher
+from allgpu.runtime.engines.slurm import batch_shell_hint
 from allgpu.runtime.process_group import init_process_group, init_solo_group, release_solo_group, solo_group
 from allgpu.runtime.replicas import ScriptReplicas, install_replica_excepthook, whole_lines
 from allgpu.runtime.threads import threads_per_replica
@@ -136,8 +137,8 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
     if devices is None and num_replicas is None and not device_list[0].is_cuda and engine is None:
         # tf.distribute logs the devices it took; a silent one-replica run on the CPU is the case to say why.
         warn_user(f"{name}() found no GPU, so it runs one replica on /cpu:0: {why_no_gpu()} For replicas on CPU "
-                      "cores pass devices=['/cpu:0', '/cpu:1'] (or num_replicas=2); `allgpu doctor` explains the GPUs.",
-                      RuntimeWarning)
+                      "cores pass devices=['/cpu:0', '/cpu:1'] (or num_replicas=2); `allgpu doctor` explains the GPUs."
+                      + batch_shell_hint(), RuntimeWarning)
     check_second(name, len(device_list), joins_group=False)
     first = engine.first_replica(len(device_list)) if engine is not None else None
     return _start(name, device_list, timeout_s, backend, fallback, first)

@@ -79,7 +79,13 @@ def launcher(env: Mapping[str, str]) -> Cluster | None:
     pod = kubernetes.detect_pytorchjob(env)
     if pod is not None:
         return pod
-    spec = from_torchrun_env(env)
+    try:
+        spec = from_torchrun_env(env)
+    except ClusterConfigError as exc:
+        hint = slurm.batch_shell_hint(env)  # Princeton-style exports, then `python train.py` without srun
+        if not hint:
+            raise
+        raise ClusterConfigError(f"{exc}{hint}") from None
     if spec is None:
         return None
     from_ray = ray.detect(env)

@@ -107,3 +107,14 @@ def detect(env: Mapping[str, str] | None = None) -> Cluster | None:
     addr = env.get("MASTER_ADDR") or hosts[0]
     spec = ClusterSpec(rank, world, local, local_world, addr, port, "Slurm")
     return Cluster("Slurm", ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS"), world, rank, addr, port, spec, tuple(hosts))
+
+
+def batch_shell_hint(env: Mapping[str, str] | None = None) -> str:
+    """A sentence for messages about a process in a Slurm batch script's own shell (a job, no ``srun`` step), where
+    several tasks were allocated but only ``srun`` starts them; "" anywhere else."""
+    env = os.environ if env is None else env
+    tasks = env.get("SLURM_NTASKS", "1")
+    if "SLURM_JOB_ID" not in env or "SLURM_STEP_ID" in env or tasks.strip() in ("", "1"):
+        return ""
+    return (f" This process is the batch script of Slurm job {env['SLURM_JOB_ID']} ({tasks} tasks allocated), not "
+            "a task of an srun step: start it with `srun python train.py` (one replica per task).")
