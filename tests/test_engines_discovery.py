@@ -228,3 +228,19 @@ def test_a_batch_script_shell_with_several_tasks_is_told_to_use_srun(monkeypatch
     strategy.close()
     assert any("(2 tasks allocated), not a task of an srun step" in str(w.message) for w in caught), \
         [str(w.message) for w in caught]
+
+
+def test_allgpu_run_as_one_of_several_srun_tasks_with_one_node_is_refused(tmp_path):
+    # `srun -n 2 allgpu run train.py` ran two separate one-replica jobs, each believing it was the whole job
+    from allgpu.runtime import elastic
+
+    script = tmp_path / "train.py"
+    script.write_text("")
+    step = srun_env(procid=1, ntasks=2, localid=1, SLURM_STEP_TASKS_PER_NODE="2")
+    with pytest.raises(ClusterConfigError, match=r"task 1 of an srun step of 2 tasks.*2 separate trainings.*srun "
+                                                 r"python train.py"):
+        elastic.plan(str(script), cpu_replicas=1, env=step)
+    one_task = srun_env(procid=0, ntasks=1, SLURM_STEP_TASKS_PER_NODE="1")
+    assert elastic.plan(str(script), cpu_replicas=2, env=one_task).max_nodes == 1  # srun -n 1 allgpu run: fine
+    launchers = elastic.plan(str(script), cpu_replicas=2, nnodes="2", rdzv_endpoint="gpu07:29400", env=step)
+    assert launchers.max_nodes == 2  # the documented one launcher per node

@@ -35,6 +35,7 @@ from allgpu.runtime import env as launch_env
 from allgpu.runtime.agent_stop import ending_frozen_replicas, stopped_replicas, stopped_words
 from allgpu.runtime.interrupt import SIGINT_WORDS
 from allgpu.runtime.cluster import from_tf_config_env, split_host_port
+from allgpu.runtime.engines.slurm import check_launcher_per_task
 from allgpu.runtime.threads import threads_per_replica
 
 LOOPBACK = "127.0.0.1"
@@ -244,6 +245,7 @@ def plan(
         cluster_source = "TF_CONFIG"
 
     min_nodes, max_nodes = parse_nnodes(nnodes)
+    check_launcher_per_task(env, max_nodes)  # `srun -n 2 allgpu run train.py`: two jobs of one node each
     nproc, on_cpu = resolve_nproc(nproc_per_node, cpu_replicas)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ClusterConfigError(f"--max-restarts {max_restarts!r}: expected an integer >= 0.")

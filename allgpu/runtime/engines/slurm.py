@@ -118,3 +118,21 @@ def batch_shell_hint(env: Mapping[str, str] | None = None) -> str:
         return ""
     return (f" This process is the batch script of Slurm job {env['SLURM_JOB_ID']} ({tasks} tasks allocated), not "
             "a task of an srun step: start it with `srun python train.py` (one replica per task).")
+
+
+def check_launcher_per_task(env: Mapping[str, str], max_nodes: int) -> None:
+    """Refuse ``srun -n N allgpu run train.py`` with ``--nnodes 1``: each of the N launchers would run its own
+    job, N separate trainings each believing it is the whole job (torchrun alike).
+
+    Raises:
+        ClusterConfigError: this launcher is one of several tasks of an srun step and expects one node.
+    """
+    tasks = env.get("SLURM_STEP_NUM_TASKS", "1")
+    if max_nodes != 1 or "SLURM_STEP_ID" not in env or not tasks.isdigit() or int(tasks) < 2:
+        return
+    raise ClusterConfigError(
+        f"allgpu run is task {env.get('SLURM_PROCID', '?')} of an srun step of {tasks} tasks, with --nnodes 1: each "
+        f"of the {tasks} launchers would start a job of its own ({tasks} separate trainings). Fix: `srun python "
+        "train.py` (each task one replica, no launcher), or one launcher per node: `srun --ntasks-per-node=1 allgpu "
+        "run --nnodes $SLURM_NNODES --rdzv-endpoint $head:29400 --rdzv-id $SLURM_JOB_ID train.py` "
+        "(docs/engines/slurm.md).")
