@@ -128,3 +128,28 @@ def test_a_non_chief_saving_its_own_copy_then_loading_the_chiefs_finds_it_comple
     out = proc.communicate(timeout=130)[0]
     assert proc.returncode == 0, out
     assert "loaded 0 8" in out and "loaded 1 8" in out, out
+
+
+FAILING_WORKER = """
+import torch, allgpu
+strategy = allgpu.MultiWorkerMirroredStrategy(timeout=60)
+if strategy.replica_id_in_sync == 1:
+    raise ValueError("worker 1 gives up")
+strategy.reduce("sum", torch.ones(1))
+"""
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(120)
+def test_a_worker_that_started_no_replica_does_not_claim_to_stop_any(tmp_path):
+    # Two TF_CONFIG workers of one replica each: the failing worker's summary read "failed (traceback above).
+    # ; stopping the other replicas." (it starts none; the other worker sees it leave at its collective).
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", "127.0.0.1:1"]}
+    script = write_script(tmp_path, "fail.py", FAILING_WORKER)
+    procs = [start_python([str(script)],
+                          env={"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})})
+             for i in range(2)]
+    outs = [p.communicate(timeout=100)[0] for p in procs]
+    assert [p.returncode != 0 for p in procs] == [True, True], outs
+    assert "allgpu: replica 1 failed (traceback above).\n" in outs[1] and "stopping" not in outs[1], outs[1]
+    assert "ReplicaFailedError" in outs[0] and "worker 1 gives up" in outs[0], outs[0]

@@ -260,9 +260,11 @@ class ScriptReplicas:
             return
         stopping = [f"replica {self.placement['rank_offset'] + r} (pid {p.pid}"
                     + (")" if p.poll() is None else ", already ended)") for r, p in self._procs.items()]
+        # A worker that started no replica of its own (one device; the others are other workers' processes) stops
+        # none: they see this one leave at their next collective.
+        stops = f"; stopping {', '.join(stopping)}." if stopping else "."
         print(f"\nallgpu: interrupted by SIGINT ({SIGINT_WORDS.removeprefix('SIGINT: ')}) on replica "
-              f"{self.placement['rank_offset']}; stopping " + ", ".join(stopping) + "." + checkpoint_note() + tail,
-              file=sys.stderr, flush=True)
+              f"{self.placement['rank_offset']}{stops}" + checkpoint_note() + tail, file=sys.stderr, flush=True)
         self.stop()
 
     def _fail(self, local_rank: int, code: int) -> None:
@@ -332,8 +334,9 @@ class ScriptReplicas:
             self._report_interrupt()
             return
         if self._main_failed:  # the others would wait for replica 0 in a collective until the timeout
-            print(f"allgpu: replica {self.placement['rank_offset']} failed (traceback above). {self.describe(2.0)}; "
-                  "stopping the other replicas.", file=sys.stderr, flush=True)
+            started = f" {self.describe(2.0)}; stopping the other replicas." if self._procs else ""
+            print(f"allgpu: replica {self.placement['rank_offset']} failed (traceback above).{started}",
+                  file=sys.stderr, flush=True)
             self.stop()
             return
         deadline = time.monotonic() + self.timeout_s + 10
