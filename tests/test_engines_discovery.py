@@ -244,3 +244,14 @@ def test_allgpu_run_as_one_of_several_srun_tasks_with_one_node_is_refused(tmp_pa
     assert elastic.plan(str(script), cpu_replicas=2, env=one_task).max_nodes == 1  # srun -n 1 allgpu run: fine
     launchers = elastic.plan(str(script), cpu_replicas=2, nnodes="2", rdzv_endpoint="gpu07:29400", env=step)
     assert launchers.max_nodes == 2  # the documented one launcher per node
+
+
+def test_launch_inside_several_srun_tasks_is_refused_before_starting_anything(monkeypatch):
+    # `srun -n 2 python nb.py` around allgpu.launch(fn, num_replicas=2) ran two separate 2-replica jobs
+    import allgpu
+    from allgpu.errors import StrategyStartError
+
+    for key, value in srun_env(procid=1, ntasks=2, localid=1, SLURM_STEP_TASKS_PER_NODE="2").items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(StrategyStartError, match=r"process 1 of the 2 that Slurm started.*call the function directly"):
+        allgpu.launch(print, num_replicas=2)

@@ -13,8 +13,9 @@ import tempfile
 from typing import Any, Callable, Sequence
 
 from allgpu.devices import resolve_replica_devices
-from allgpu.errors import ReplicaFailedError
+from allgpu.errors import ReplicaFailedError, StrategyStartError
 from allgpu.runtime import env as launch_env
+from allgpu.runtime.engines import discover, launcher
 from allgpu.runtime.replicas import free_port
 from allgpu.runtime.threads import threads_per_replica
 
@@ -32,6 +33,19 @@ def _replica_main(rank, fn, devices, port, error_dir, timeout_s, args, kwargs, r
     value = fn(*args, **kwargs)
     # Plain pickle: torch's queue reduction shares memory by file descriptor, gone once the replica exits.
     results.put((rank, pickle.dumps(value)))
+
+
+def _refuse_inside_a_job() -> None:
+    """``srun -n 2 python nb.py`` (or mpirun, torchrun) around ``launch(fn, num_replicas=2)``: each process would
+    start a job of its own, two separate trainings. Raise StrategyStartError naming the engine and the fix."""
+    job = launcher(os.environ) or discover(tf_config=False)
+    if job is None or job.units < 2:
+        return
+    raise StrategyStartError(
+        f"allgpu.launch() runs in process {job.index} of the {job.units} that {job.engine} started "
+        f"({', '.join(job.variables)}): each would start a job of its own ({job.units} separate trainings). Fix: call "
+        "the function directly, fn(...): each process is a replica and a strategy created in it joins the job; or "
+        "start one process (srun -n 1, or plain python) and let launch() start the replicas.")
 
 
 def launch(
@@ -64,11 +78,13 @@ def launch(
     Raises:
         ReplicaFailedError: a replica raised or died; ``.rank`` and ``.remote_traceback`` say which and where.
             The other replicas are stopped at once.
-        StrategyStartError: ``spawn`` of a function whose module has no file (read from stdin, ``python -c``).
+        StrategyStartError: ``spawn`` of a function whose module has no file (read from stdin, ``python -c``), or
+            this process is one of several a cluster engine or launcher started (srun, mpirun, torchrun).
     """
     import torch
     import torch.multiprocessing as mp
 
+    _refuse_inside_a_job()
     device_list = resolve_replica_devices(num_replicas, devices, cpu_replicas_by_default=2)
     if start_method is None:
         start_method = "spawn" if torch.cuda.is_initialized() else "fork"
