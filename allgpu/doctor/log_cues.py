@@ -41,13 +41,16 @@ CUES: tuple[tuple[str, str, int, str], ...] = (
     ("no-driver", "kernel module", 1, r"\bkernel module\b|\bnvidia\.ko\b|\bmodprobe\b"),
     ("no-driver", "cuInit", 1, r"\bcuInit\b"),
     ("no-driver", "unknown error", 1, r"\bunknown error\b"),
+    ("no-driver", "NVML + failure", 2, _pair(r"\w*nvml\w*", _FAIL + r"|unknown|uninitiali[sz]ed|not (?:been )?"
+                                                            r"initiali[sz]ed", 30)),
     ("no-driver", "container GPU runtime", 1, r"nvidia-docker|--gpus\b|--runtime[= ]nvidia|container toolkit|"
                                               r"nvidia-container"),
     ("no-driver", "driver library", 1, r"\blibcuda\.so|\bnvcuda\.dll|\blibnvidia-ml"),
     ("cpu-build", "CPU + only/version/build", 2, _pair(r"cpu", r"only|version|build|package|wheel|runners?|"
                                                        r"fall(?:ing|s)? ?back", 20)),
-    ("cpu-build", "not compiled/built with CUDA/GPU", 2, _pair(r"not|without|no", r"(?:compiled|built|enabled|support)"
-                                                               r"\w*.{0,20}\b(?:cuda|gpu)", 10)),
+    ("cpu-build", "not compiled/built with CUDA/GPU", 2, _pair(r"not|n't|without|no|never", r"(?:compil|buil[dt]|"
+                                                               r"enabl|support)\w*.{0,20}\b(?:cuda|gpu)", 10)),
+    ("cpu-build", "BLAS = 0", 2, r"(?:^|\|)\s*(?:CU)?BLAS\s*=\s*0\s*(?:\||$)"),
     ("cpu-build", "+cpu / cpuonly", 2, r"\+cpu\b|\bcpuonly\b|\bcpu_\w+\b"),
     ("cpu-build", "running on CPU", 1, r"\b(?:using|use|on|device[:= ]+)\W{0,2}cpu\b"),
     ("cpu-build", "CPU execution provider", 1, r"CPUExecutionProvider"),

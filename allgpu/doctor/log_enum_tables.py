@@ -149,6 +149,12 @@ NVML: tuple[Member, ...] = (
        "Driver/library version mismatch|RM has detected an NVML/RM version mismatch", DRIVER,
        refs="illinois-scicomp/machine-shop-maintenance#60, yahoo/TensorFlowOnSpark#51, "
        "NVIDIA/nvidia-container-toolkit#394 (driver upgraded under the loaded module: a reboot fixed it)"),
+    # NVML is a part of the driver: NVML that cannot initialise, or fails with its "Unknown Error", is the driver not
+    # usable as loaded (CUDA's 999 likewise).
+    _m("NVML_ERROR_UNINITIALIZED NVMLError_Uninitialized", 1, None, "Uninitialized", DRIVER,
+       refs="deepfakes/faceswap#1101 (pynvml 'Uninitialized', no GPU detected: reinstalling the driver fixed it)"),
+    _m("NVML_ERROR_UNKNOWN NVMLError_Unknown", 999, None, "Unknown Error", DRIVER, (VERSION,), AMBIGUOUS,
+       refs="iperov/DeepFaceLab#191 (NVMLError_Unknown: 'reinstall video drivers', confirmed); as CUDA's 999"),
     _m("NVML_ERROR_GPU_IS_LOST NVMLError_GpuIsLost", 15, None, "GPU is lost"),
     _m("NVML_ERROR_NO_PERMISSION NVMLError_NoPermission", 4, None, "Insufficient Permissions"),
 )

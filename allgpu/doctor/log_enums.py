@@ -40,7 +40,7 @@ _NUMBER = re.compile(
 _CONTEXT = {
     "CUDA": re.compile(r"\b(?:CUDA|Cuda|cuda|HIP|hip|ROCm|GPUassert|THCudaCheck|cudaCheck\w*|cu[A-Z]\w*|"
                        r"cuda[A-Z]\w*|hip[A-Z]\w*|CUresult)\b"),
-    "NVML": re.compile(r"\bNVML\b|nvidia-smi", re.IGNORECASE),
+    "NVML": re.compile(r"\bNVML\b|\bpynvml\b|nvidia-smi", re.IGNORECASE),
     "NCCL": re.compile(r"NCCL|\bnccl\w*"),  # ProcessGroupNCCL.cpp:260, unhandled cuda error
 }
 # NCCL and NVML first: their lines often name CUDA too ("unhandled cuda error").

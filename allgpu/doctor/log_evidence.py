@@ -94,6 +94,10 @@ def _unavailable_candidates(frameworks: set[str | None], log: LogReading) -> tup
             "JAX lists no GPU and gave no reason: a jaxlib without its CUDA plugin (pip install \"jax[cuda12]\")")
     if setting.torch_cuda == "cpu":
         return ("cpu-build",), "PyTorch is a CPU build"
+    nvml = next((r for r in log.enums if r.api == "NVML" and r.cause == "no-driver"), None)
+    if nvml:
+        return ("no-driver", "cpu-build", "devices-hidden"), (
+            f"line {nvml.line}: NVML, a part of the driver, failed ({nvml.name}), so the driver is the first suspect")
     gpu_build = next((h for h in log.hits if _GPU_BUILD.search(h.text)), None)
     if gpu_build:
         return ("no-driver", "cuda-version-mismatch", "devices-hidden"), (

@@ -84,12 +84,13 @@ FAMILIES: tuple[Pattern, ...] = (
        SPECIFIC, "the driver, CUDA or cuDNN does not fit the build", also=("missing-cuda-libs",)),
     # --- a build without CUDA -------------------------------------------------------------------------------------
     _s("cpu-build-words", "cpu-build",
-       r"\b(?:not|n't|never) (?:been )?(?:compiled|built|enabled|installed|configured) (?:with|for) (?:the )?"
-       r"(?:CUDA|GPU|cuDNN|NVIDIA|MPS|ROCm|HIP)|\bGPU (?:support )?(?:is )?not enabled\b|"
+       r"\b(?:not|n't|never) (?:be(?:en)? )?(?:compil(?:e|ed|ing)|buil[dt]|enabled?|install(?:ed)?|configured?) "
+       r"(?:with|for) (?:the )?(?:CUDA|GPU|cuDNN|NVIDIA|MPS|ROCm|HIP)|\bGPU (?:support )?(?:is )?not enabled\b|"
        r"\bGPU support (?:is )?(?:disabled|off)\b|"
        r"(?<!back to )(?<!back on )\bCPU[- ]only\b|\b\d+\.\d+(?:\.\d+)?\+cpu\b|(?:[\w-]+[-_]cpu)(?:==|\s+)\d|"
        r"without (?:CUDA|GPU) support|"
-       r"\b(?:USE|WITH|GGML|LLAMA)_(?:CUDA|GPU|CUBLAS)\s*[=:]\s*(?:0|OFF|False)\b|\bno CUDA support\b",
+       r"\b(?:USE|WITH|GGML|LLAMA)_(?:CUDA|GPU|CUBLAS)\s*[=:]\s*(?:0|OFF|False)\b|\bno CUDA support\b|"
+       r"(?:^|\|)\s*(?:CU)?BLAS\s*=\s*0\s*(?:\||$)",
        SPECIFIC, "the library was built or installed without GPU support", also=("no-driver",)),
     # --- a CUDA library not found ---------------------------------------------------------------------------------
     _s("library-fails", "missing-cuda-libs", _LIB + r"\W{0,4}.{0,40}?" + _FAILS, SPECIFIC,
