@@ -79,3 +79,19 @@ def test_a_rendezvous_port_in_use_is_named_not_a_backend_traceback():
     assert done.returncode != 0
     assert f"ClusterConfigError: replica 0 of 2 hosts the rendezvous but cannot listen on port {port}" in done.stderr
     assert "drop the MASTER_PORT export" in done.stderr
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(60)
+def test_a_replica_count_the_engine_does_not_give_is_said(tmp_path):
+    # MirroredStrategy(num_replicas=4) under `srun -n 2`: the job silently ran 2 replicas
+    from tests.harness import run_python
+
+    step = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+            "SLURM_STEP_NUM_TASKS": "1", "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_STEP_NODELIST": "localhost",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    code = "import allgpu; s = allgpu.MirroredStrategy(num_replicas=2); print('replicas', s.num_replicas_in_sync)"
+    done = run_python(["-c", code], env=step, timeout=50)
+    assert done.returncode == 0, done.stderr
+    assert "replicas 1" in done.stdout
+    assert "asks for 2 replicas here (devices/num_replicas), but Slurm started 1 process on this machine" in done.stderr
