@@ -179,10 +179,10 @@ def wraps_one_of(mod, wrap: ast.Call, builds: list[ast.Call], depth: int = 0) ->
     """Does the module ``wrap`` (``DDP(model, ...)``) wraps come from one of the ``builds`` calls, through
     ``.cuda()``/``.to()`` and names assigned from them (``model = resnet50(); model = model.cuda()``)?"""
     target = wrap.args[0] if wrap.args else next((k.value for k in wrap.keywords if k.arg == "module"), None)
-    return target is not None and _comes_from(mod, target, {id(b) for b in builds}, 0)
+    return target is not None and comes_from(mod, target, {id(b) for b in builds}, 0)
 
 
-def _comes_from(mod, node: ast.AST, build_ids: set[int], depth: int) -> bool:
+def comes_from(mod, node: ast.AST, build_ids: set[int], depth: int = 0) -> bool:
     """``node`` contains a build call, or is a name / ``x.cuda()`` / ``x.to(d)`` chain back to one. Names in
     other arguments are not followed: ``LinearClassifier(model.fc.in_features)`` does not wrap ``model``."""
     if depth > 4:
@@ -192,5 +192,5 @@ def _comes_from(mod, node: ast.AST, build_ids: set[int], depth: int) -> bool:
     while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         node = node.func.value  # model.cuda(), model.to(device), model.half()
     if isinstance(node, (ast.Name, ast.Attribute)):
-        return any(_comes_from(mod, v, build_ids, depth + 1) for v in mod.values_of(node))
+        return any(comes_from(mod, v, build_ids, depth + 1) for v in mod.values_of(node))
     return False

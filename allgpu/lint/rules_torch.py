@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import re
 
-from allgpu.lint import bn_models, sampler_kinds, set_epoch, tfdata, torch_train
+from allgpu.lint import bn_engines, bn_models, sampler_kinds, set_epoch, tfdata, torch_train
 from allgpu.lint.caller_samplers import report_across_modules
 from allgpu.lint.class_accumulation import CLASS_ACCUMULATION, class_accumulation_backwards
 from allgpu.lint.accumulation import (engine_accumulation, no_sync_around_backward_only, stepped_every_k,
@@ -326,13 +326,13 @@ def check_pt007(ctx) -> None:
 
 def check_pt008(ctx) -> None:
     mod = ctx.mod
-    names = mod.attrs.keys() | mod.name_ids
-    if not ctx.torch.wrapped or any(_SYNC_BN.search(n) for n in names):
+    if any(_SYNC_BN.search(n) for n in mod.attrs.keys() | mod.name_ids):
         return  # SyncBatchNorm, apex's convert_syncbn_model, an opt-in --sync-bn flag
+    if not ctx.torch.wrapped:
+        return bn_engines.prepared_bn_models(ctx) if mod.is_imported("accelerate") else None
     for call, qn in mod.calls:
         if qn in ("torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"):
-            ctx.emit("PT008", call, "BatchNorm in a DDP model without SyncBatchNorm: statistics come from "
-                                    "each GPU's own batch")
+            ctx.emit("PT008", call, "BatchNorm in a DDP model without SyncBatchNorm: statistics come from each GPU's own batch")
             return
     bn_calls = bn_models.library_bn_model_calls(mod, [c for c, qn in mod.calls
                                                         if qn == "torch.nn.parallel.DistributedDataParallel"])
