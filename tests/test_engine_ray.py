@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,12 @@ class KillOnce:
         self.marker, self.batches = marker, 0
 
     def on_train_begin(self, logs): ...
-    def on_epoch_begin(self, epoch, logs): ...
+
+    def on_epoch_begin(self, epoch, logs):  # the restarted group's first epoch: > 0 only if it resumed
+        first = Path(self.marker + ".restarted-at")
+        if os.path.exists(self.marker) and not first.exists() and os.environ.get("RANK") == "0":
+            first.write_text(str(epoch))
+
     def on_epoch_end(self, epoch, logs): ...
     def on_train_end(self, logs): ...
 
@@ -32,6 +38,7 @@ class KillOnce:
         self.batches += 1
         if self.batches == 13 and os.environ.get("RANK") == "1" and not os.path.exists(self.marker):
             Path(self.marker).write_text("killed")
+            time.sleep(3)  # Ray takes in a report asynchronously: one followed at once by a crash may be lost
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -82,6 +89,8 @@ def test_two_ray_workers_equal_one_and_a_killed_worker_resumes_exactly(one_worke
     marker = tmp_path / "killed.txt"
     resumed, result = _fit(tmp_path, "killed", 2, strategy="MirroredStrategy", callbacks=[KillOnce(str(marker))])
     assert marker.exists(), "no worker was killed"
+    restarted_at = Path(str(marker) + ".restarted-at").read_text()
+    assert int(restarted_at) > 0, "the restarted workers began at epoch 0: a restart from scratch, not a resume"
     assert result.checkpoint is not None
     for key in two:
         assert torch.equal(resumed[key], two[key]), (key, (resumed[key] - two[key]).abs().max())
