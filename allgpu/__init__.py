@@ -38,6 +38,11 @@ _EXPORTS = {
     "scale_regularization_loss": "allgpu.core.losses",
     "ReduceOp": "allgpu.core.reduce_op",
     "TFConfigClusterResolver": "allgpu.runtime.cluster_resolver",
+    "get_strategy": "allgpu.strategies.base.context",
+    "has_strategy": "allgpu.strategies.base.context",
+    "in_cross_replica_context": "allgpu.strategies.base.context",
+    "get_replica_context": "allgpu.strategies.base.context",
+    "ReplicaContext": "allgpu.strategies.base.context",
 }
 
 # Submodules reachable as attributes after a bare ``import allgpu`` (``allgpu.checkpoint.save(...)``).

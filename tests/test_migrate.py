@@ -538,3 +538,25 @@ def test_note_lines_name_their_file_and_point_at_the_written_one(tmp_path, capsy
         line = int(next(e for e in err.splitlines() if kind in e).split(":")[1])
         assert needle in written[line - 1], (kind, line)
     assert "(migrated)" not in err
+
+
+def test_replica_context_names_and_out_of_range_error():
+    m = _migrate("""\
+        import tensorflow as tf
+
+        def contrastive(h):
+            negatives = tf.distribute.get_replica_context().all_gather(h, axis=0)
+            return negatives
+
+        strategy = tf.distribute.get_strategy()
+        it = iter(dataset)
+        try:
+            batch = it.get_next()
+        except tf.errors.OutOfRangeError:
+            pass
+        """)
+    lines = m.result.splitlines()
+    assert "    negatives = allgpu.get_replica_context().all_gather(h, axis=0)" in lines
+    assert "strategy = allgpu.get_strategy()" in lines
+    assert "except allgpu.errors.OutOfRangeError:" in lines
+    assert not _kinds(m, NOT_CONVERTED)

@@ -25,6 +25,13 @@ RENAMES: dict[str, str] = {
         "allgpu.cluster_resolver.TFConfigClusterResolver",
     "tensorflow.distribute.ReduceOp": "allgpu.ReduceOp",
     "tensorflow.distribute.InputContext": "allgpu.InputContext",
+    "tensorflow.distribute.get_strategy": "allgpu.get_strategy",
+    "tensorflow.distribute.has_strategy": "allgpu.has_strategy",
+    "tensorflow.distribute.in_cross_replica_context": "allgpu.in_cross_replica_context",
+    "tensorflow.distribute.get_replica_context": "allgpu.get_replica_context",
+    "tensorflow.distribute.ReplicaContext": "allgpu.ReplicaContext",
+    # get_next() past the end of a distributed dataset raises allgpu's (a StopIteration), not TensorFlow's
+    "tensorflow.errors.OutOfRangeError": "allgpu.errors.OutOfRangeError",
     "tensorflow.train.Checkpoint": "allgpu.checkpoint.Checkpoint",
     "tensorflow.train.CheckpointManager": "allgpu.checkpoint.CheckpointManager",
     "tensorflow.train.latest_checkpoint": "allgpu.checkpoint.latest_checkpoint",
@@ -101,7 +108,6 @@ WHY_NOT: dict[str, str] = {
     "tensorflow.GradientTape": "a GradientTape that is not the single-tape step (`grads = tape.gradient(loss, "
                                "model.trainable_variables)` then `optimizer.apply_gradients(zip(grads, "
                                "model.trainable_variables))`): write loss.backward() and optimizer.apply(...) by hand",
-    "tensorflow.distribute.get_strategy": "allgpu has no global default strategy: pass the strategy object along",
     "tensorflow.distribute.experimental.coordinator": "allgpu's parameter-server workers run the loop themselves; "
                                                       "there is no ClusterCoordinator",
     "tensorflow.distribute": "no allgpu equivalent of this tf.distribute name",

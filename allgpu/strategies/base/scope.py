@@ -20,6 +20,7 @@ from allgpu.errors import ArgumentTypeError
 from allgpu.core.assign_load import watch_assign
 from allgpu.core.mirror import mark_mirrored, mirror_tensors
 from allgpu.core.scope_record import ScopeRecord
+from allgpu.strategies.base import context
 
 
 class ScopeVariables:
@@ -52,6 +53,7 @@ class ScopeVariables:
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(torch.device(self.device))
+                stack.enter_context(context.entered(self, replica=False))  # get_strategy(), cross-replica context
                 if outermost:
                     stack.enter_context(record)
                     stack.enter_context(keras_models)

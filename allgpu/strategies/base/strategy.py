@@ -30,6 +30,8 @@ from allgpu.core.mirror import MirrorCheck
 from allgpu.core.one_program import OneProgram
 from allgpu.core.one_writer import OneWriter
 from allgpu.core.replica_group import ReplicaGroup
+from allgpu.strategies.base import context
+from allgpu.strategies.base.replica_context import ReplicaContext
 from allgpu.strategies.base.checks import op_name, validate_sync_options
 from allgpu.strategies.base.full_state import full_state, install_torch_save
 from allgpu.core.scope_record import ScopeRecord
@@ -175,8 +177,14 @@ class Strategy(ScopeVariables, TFNames):
             raise ArgumentTypeError(f"strategy.run(fn, args=...) takes a tuple of arguments; got {type(args).__name__}. "
                             "Fix: args=(batch,) with a trailing comma.")
         self._mirror_pending()  # a first use of what an open scope() created
-        with local_reads():  # replica context: a Keras metric's result() is this replica's (sync-on-read)
-            return fn(*args, **(kwargs or {}))
+        with local_reads(), context.entered(self, replica=True):  # get_replica_context() inside fn; a Keras
+            return fn(*args, **(kwargs or {}))  # metric's result() is this replica's (sync-on-read)
+
+    def replica_context(self) -> ReplicaContext:
+        """This replica's :class:`~allgpu.strategies.base.replica_context.ReplicaContext` (what
+        ``allgpu.get_replica_context()`` returns inside ``run``): ``all_reduce`` and ``all_gather`` across the
+        replicas, differentiable. Local; its collectives are collectives."""
+        return ReplicaContext(self, self._group)
 
     def reduce(self, op: str, value: Any, axis: int | None = None) -> torch.Tensor:
         """Combine ``value`` across replicas (``tf.distribute.Strategy.reduce``).
