@@ -158,3 +158,29 @@ def test_each_pipeline_gets_the_replica_share_of_threads_unless_it_chose_its_own
     own = ds.with_options(options)
     assert ReplicaStream(own, read_facts(own), 1, 0, threads=3).dataset.options().threading.private_threadpool_size == 5
     assert cores_per_replica(10 ** 6) == 1
+
+
+def test_element_spec_of_distributed_datasets_and_an_unbatched_dataset_at_one_replica():
+    import torch
+
+    import allgpu
+    from allgpu.core.element_spec import TensorSpec
+
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    x, y = np.ones((10, 3), "float32"), np.arange(10)
+    exact = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(4, True))
+    assert exact.element_spec == (TensorSpec((4, 3), torch.float32), TensorSpec((4,), torch.int64))
+    ragged = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices({"x": x}).batch(4))
+    assert ragged.element_spec == {"x": TensorSpec((None, 3), torch.float32)}
+    data = torch.utils.data.TensorDataset(torch.ones(10, 3), torch.arange(10))
+    # the structure the batches have: default_collate makes a TensorDataset's pairs lists
+    assert strategy.distribute_dataset(data, 4).element_spec == [TensorSpec((4, 3), torch.float32),
+                                                                  TensorSpec((4,), torch.int64)]
+    assert strategy.distribute_dataset(data, 4, drop_remainder=False).element_spec[0].shape == (None, 3)
+    loader = strategy.distribute_datasets_from_function(lambda ctx: torch.utils.data.DataLoader(data, batch_size=2))
+    assert loader.element_spec[1] == TensorSpec((None,), torch.int64)
+    # TensorFlow accepts an unbatched dataset at one replica: its elements, as they are
+    unbatched = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)))
+    assert unbatched.element_spec == (TensorSpec((3,), torch.float32), TensorSpec((), torch.int64))
+    first = next(iter(unbatched))
+    assert first[0].shape == (3,) and first[1].item() == 0 and len(list(unbatched)) == 10

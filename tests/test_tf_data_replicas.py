@@ -133,6 +133,9 @@ def _policies_part(strategy, tf, folder):
         "infinite first": [b.numpy().tolist() for b, _ in zip(infinite, range(3))],
         "FILE without files": _error(lambda: _values(strategy, _policy(tf, numbers, "FILE"))),
         "indivisible": _error(lambda: _values(strategy, tf.data.Dataset.range(14).batch(7))),
+        "unbatched": _error(lambda: _values(strategy, tf.data.Dataset.range(4))),  # fine at one replica only
+        "element_spec": [strategy.experimental_distribute_dataset(d).element_spec[0].shape for d in (
+            tf.data.Dataset.range(16).batch(8, drop_remainder=True).map(lambda v: (v, v)), numbers.map(lambda v: (v,)))],
     }
 
 
@@ -195,6 +198,9 @@ def _check_policies(per_replica):
     assert second["DATA"] == second["AUTO slices"] == [[4, 5, 6, 7], [12, 13, 14, 15]]
     # OFF: no sharding: every replica reads everything, each global batch cut into per-replica batches
     assert first["OFF"] == second["OFF"] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    # element_spec: this replica's share of the global batch, None where the last batch may be short
+    assert first["element_spec"] == second["element_spec"] == [(4,), (None,)]
+    assert "not batched" in first["unbatched"]
     # FILE (and AUTO on files): replica r reads files r, r + 2, in batches of 4 / 2
     for r in per_replica:
         assert r["FILE"] == r["AUTO files"] == r["FILE, batch size not static"]

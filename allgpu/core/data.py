@@ -26,8 +26,9 @@ from allgpu.devices.advice import workers_here
 from allgpu.core.dist_iterator import DistributedIterator
 from allgpu.core.data_rng import SeededExamples, loader_generator, seeded
 from allgpu.core.one_program import fingerprint
+from allgpu.core.element_spec import spec_of_example
 from allgpu.core.sampler import ShardSampler, per_replica_batch_size
-from allgpu.errors import ArgumentError, DatasetTypeError, InputError, warn_user
+from allgpu.errors import ArgumentError, DatasetTypeError, InputError, UnsupportedError, warn_user
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,14 @@ class DistributedDataset:
         """Steps per epoch."""
         return self.sampler.steps_per_epoch()
 
+    @property
+    def element_spec(self) -> Any:
+        """This replica's batches' structure, shapes and dtypes (``tf.distribute.DistributedDataset.element_spec``):
+        a nest of :class:`~allgpu.core.element_spec.TensorSpec` read from example 0 (its randomness seeded, as in
+        an epoch), batch dimension ``B / N`` with ``drop_remainder=True``, else None. Local."""
+        batch = self.per_replica_batch_size if self.sampler.drop_remainder else None
+        return spec_of_example(self._examples[0], batch, self._loader_kwargs.get("collate_fn"))
+
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch ``epoch`` (the order of each epoch depends only on seed and epoch)."""
         self._next_epoch = epoch
@@ -315,6 +324,20 @@ class PerReplicaInput:
 
     def __len__(self) -> int:
         return len(self.source)  # raises TypeError for sources without a length, as iterables do
+
+    @property
+    def element_spec(self) -> Any:
+        """The structure of this replica's batches (see :attr:`DistributedDataset.element_spec`), read from a
+        ``DataLoader`` source's example 0. Raises UnsupportedError for other iterables (nothing to read it from
+        without taking a batch)."""
+        if not isinstance(self.source, DataLoader) or isinstance(self.source.dataset, IterableDataset) or \
+                self.source.batch_size is None:
+            raise UnsupportedError(
+                f"element_spec of distribute_datasets_from_function's {type(self.source).__name__}: allgpu reads it "
+                "from a batching map-style DataLoader or a tf.data dataset only. Fix: return one of those from dataset_fn, or "
+                "read the shapes from a first batch.")
+        batch = self.source.batch_size if self.source.drop_last else None
+        return spec_of_example(seeded(self.source.dataset, 0)[0], batch, self.source.collate_fn)
 
 
 def evaluation_shard(dataset: Dataset, *, per_replica_batch_size: int, num_replicas: int, rank: int,

@@ -19,10 +19,11 @@ import numpy as np
 import torch
 
 from allgpu.core.data import InputContext, PerReplicaInput, _DeviceFeed
+from allgpu.core.element_spec import TensorSpec
 from allgpu.core.dist_iterator import DistributedIterator, every_replica_has_one
 from allgpu.core.sampler import share_bounds
 from allgpu.errors import ArgumentError, DatasetTypeError
-from allgpu.keras.tf_data.facts import read_facts
+from allgpu.keras.tf_data.facts import is_batched, read_facts
 from allgpu.keras.tf_data.runtime import limit_tensorflow, with_thread_limit
 from allgpu.keras.tf_data.split import ReplicaStream, leading_size
 
@@ -77,15 +78,43 @@ class _WholeBatches(_SplitBatches):
         return count
 
 
+def spec_of_tf(element_spec: Any, num_replicas: int | None) -> Any:
+    """A ``tf.data`` ``element_spec`` as :class:`~allgpu.core.element_spec.TensorSpec` with torch dtypes (NumPy's for
+    strings); with ``num_replicas`` (a split global batch) the leading dimension is divided among the replicas, as
+    ``tf.distribute`` rebatches it (None stays None: the last batch may be short)."""
+    import tensorflow as tf
+
+    def convert(spec):
+        if not isinstance(spec, tf.TensorSpec):
+            return spec
+        shape = tuple(spec.shape.as_list()) if spec.shape.rank is not None else None
+        if num_replicas and shape:
+            shape = (None if shape[0] is None else shape[0] // num_replicas, *shape[1:])
+        numpy_dtype = np.dtype(spec.dtype.as_numpy_dtype)
+        return TensorSpec(shape, numpy_dtype if numpy_dtype.kind in "OSU" else torch.from_numpy(
+            np.zeros(0, numpy_dtype)).dtype)
+
+    return tf.nest.map_structure(convert, element_spec)
+
+
 class TFDataInput(PerReplicaInput):
     """This replica's batches of a ``tf.data`` dataset on its device; iterate once per epoch (each iteration a new
     pass of the pipeline). Each delivered batch sets the gradient synchroniser's ``weight`` for its backward."""
 
-    def __init__(self, batches: _SplitBatches, device, context: InputContext, sync, agree=None):
+    def __init__(self, batches: _SplitBatches, device, context: InputContext, sync, agree=None, dataset=None):
         super().__init__(batches, device, context, agree)
         self._sync = sync
+        self._dataset = dataset  # the pipeline as given, for element_spec
+        self._split = isinstance(batches, _SplitBatches) and not isinstance(batches, _WholeBatches)
         self.global_batch_size: int | None = None
         self.per_replica_batch_size: int | None = None
+
+    @property
+    def element_spec(self) -> Any:
+        """This replica's batches' structure: the pipeline's ``element_spec`` as
+        :class:`~allgpu.core.element_spec.TensorSpec` (torch dtypes), the batch dimension this replica's share
+        when every global batch has the same size (``batch(B, drop_remainder=True)``), else None. Local."""
+        return spec_of_tf(self._dataset.element_spec, self.context.num_replicas_in_sync if self._split else None)
 
     def __iter__(self) -> DistributedIterator:
         self.feed = _DeviceFeed(self.source, self.device)
@@ -120,23 +149,29 @@ def distribute_tf_dataset(strategy, dataset, global_batch_size, options: dict) -
 
     Raises:
         ArgumentError: an option that belongs in the pipeline, or a ``global_batch_size`` other than the dataset's.
-        InputError: not batched, or a batch that does not divide among the replicas.
+        InputError: not batched (on more than one replica: at one, TensorFlow's default too, the elements are
+            delivered as they are), or a batch that does not divide among the replicas.
     """
     given = {k: v for k, v in options.items() if v is not None and not (k == "seed" and v == 0)}
     if given:
         raise ArgumentError(f"distribute_dataset({', '.join(f'{k}={v!r}' for k, v in given.items())}) with a "
                             "tf.data.Dataset: the pipeline decides these (.shuffle(buffer, seed=...), "
                             ".batch(B, drop_remainder=...), num_parallel_calls). Fix: drop the arguments.")
+    n, rank = strategy.num_replicas_in_sync, strategy.replica_id_in_sync
+    threads = limit_tensorflow(strategy._local_replicas())
+    if n == 1 and not isinstance(global_batch_size, int) and not is_batched(dataset):
+        # one replica: TensorFlow delivers an unbatched dataset's elements as they are; there is nothing to split
+        return TFDataInput(_WholeBatches(with_thread_limit(dataset, threads)), strategy.device, InputContext(1, 0, 1),
+                           strategy.gradient_sync, dataset=dataset)
     facts = read_facts(dataset)
     if isinstance(global_batch_size, int) and global_batch_size != facts.global_batch_size:
         raise ArgumentError(f"global_batch_size={global_batch_size}, but the tf.data dataset is batched by "
                             f"{facts.global_batch_size}, which tf.distribute takes as the global batch. Fix: "
                             f".batch({global_batch_size}) in the pipeline and no global_batch_size=.")
-    threads = limit_tensorflow(strategy._local_replicas())
-    n, rank = strategy.num_replicas_in_sync, strategy.replica_id_in_sync
     stream = ReplicaStream(dataset, facts, n, rank, all_reduce=_all_reduce(strategy), threads=threads,
                            bounds=share_bounds)
-    result = TFDataInput(_SplitBatches(stream), strategy.device, InputContext(n, rank, n), strategy.gradient_sync)
+    result = TFDataInput(_SplitBatches(stream), strategy.device, InputContext(n, rank, n), strategy.gradient_sync,
+                         dataset=dataset)
     result.global_batch_size = stream.global_batch_size
     result.per_replica_batch_size = None if stream.global_batch_size is None else stream.global_batch_size // n
     return result
@@ -146,5 +181,5 @@ def per_replica_tf_dataset(strategy, dataset, context: InputContext) -> TFDataIn
     """What ``distribute_datasets_from_function`` returns when ``dataset_fn`` gives a ``tf.data`` dataset."""
     threads = limit_tensorflow(strategy._local_replicas())
     return TFDataInput(_WholeBatches(with_thread_limit(dataset, threads)), strategy.device, context, None,
-                       every_replica_has_one(strategy))
+                       every_replica_has_one(strategy), dataset=dataset)
 

@@ -94,6 +94,16 @@ def read_facts(dataset) -> DatasetFacts:
     return DatasetFacts(size, int(dataset.cardinality()), name)
 
 
+def is_batched(dataset) -> bool:
+    """True when ``dataset`` ends in a batching op (``.batch(B)`` after its last ``unbatch``). Reads the graph."""
+    from tensorflow.python.ops import gen_experimental_dataset_ops
+
+    import_tensorflow()
+    if int(gen_experimental_dataset_ops.compute_batch_size(dataset._variant_tensor)) > 0:
+        return True
+    return _last_batching_op(dataset) is not None
+
+
 def _shapes(dataset) -> str:
     import tensorflow as tf
 
