@@ -110,6 +110,32 @@ class Facts:
         return any(fw == framework and not (multi_device and _single_device(call, kind))
                    for call, fw, kind in self.strategy_calls)
 
+    def default_strategy(self, name: str | None) -> bool:
+        """``name`` is bound only to one-device strategies: ``tf.distribute.get_strategy()`` (the default
+        strategy, outside any scope), ``OneDeviceStrategy(...)``."""
+        values = self.mod.assigns.get(name or "", [])
+        return bool(values) and all(isinstance(v, ast.Call) and (self.mod.qualname(v.func) == "tensorflow.distribute."
+                                                                 "get_strategy" or _single_device(v, (strategy_ctor(
+                                                                     self.mod.qualname(v.func)) or ("", ""))[1]))
+                                    for v in values)
+
+    def strategy_handed(self) -> bool:
+        """The file works with a tf.distribute strategy it does not construct: it opens ``X.scope()``, calls
+        ``X.run``/``X.experimental_distribute_dataset`` on a strategy ``X`` made by a helper or handed in
+        (``self.strategy``, ``get_distribution_strategy(...)``), not the default or a one-device strategy."""
+        if any(fw == "tf" for _, fw, _ in self.strategy_calls):
+            return self.has_strategy("tf")
+        for call, _ in self.mod.calls:
+            f = call.func
+            if (isinstance(f, ast.Attribute) and f.attr in ("scope", "run", "experimental_run_v2",
+                                                          "experimental_distribute_dataset",
+                                                          "distribute_datasets_from_function")
+                    and self.is_strategy_expr(f.value) and not self.default_strategy(dotted(f.value))
+                    and not (isinstance(f.value, ast.Call) and self.mod.qualname(f.value.func) ==
+                             "tensorflow.distribute.get_strategy")):
+                return True
+        return False
+
     def is_strategy_expr(self, node: ast.AST) -> bool:
         name = dotted(node)
         if name is not None:

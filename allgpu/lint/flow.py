@@ -35,9 +35,7 @@ def walk_scopes(facts: Facts, on_call: OnCall) -> None:
 
 
 def _walk(facts: Facts, on_call: OnCall) -> None:
-    mod = facts.mod
-    budget = [_BUDGET]
-    visited: set[tuple[int, bool, int]] = set()
+    mod, budget, visited = facts.mod, [_BUDGET], set()
 
     def enter(fn: ast.AST, in_scope: bool, stack: list) -> None:
         key = (id(fn), in_scope, id(stack[-1]) if stack else 0)
@@ -46,11 +44,13 @@ def _walk(facts: Facts, on_call: OnCall) -> None:
         visited.add(key)
         stmts(fn.body, in_scope, stack + [fn])
 
-    by_stmt = mod.calls_by_stmt
+    by_stmt, method_calls = mod.calls_by_stmt, {}  # method_calls: ``trainer.build`` reached -> under a scope
 
     def calls_of(st: ast.stmt, in_scope: bool, stack: list) -> None:
         for node in by_stmt.get(id(st), ()):
             on_call(node, in_scope, stack)
+            if isinstance(node.func, ast.Attribute) and not _is_self(node.func.value):
+                method_calls[node.func.attr] = method_calls.get(node.func.attr, False) or in_scope
             for fn in mod.local_functions(node.func):
                 enter(fn, in_scope, stack)
             handed = [a for a in (*node.args, *(k.value for k in node.keywords)) if isinstance(a, ast.Name)]
@@ -89,9 +89,46 @@ def _walk(facts: Facts, on_call: OnCall) -> None:
                         stmts(v.body, in_scope, stack)
 
     stmts(mod.tree.body, False, [])
-    entered = {key[0] for key in visited}
-    for fn in _uncalled_strategy_makers(facts, entered):
-        enter(fn, False, [])
+    for roots in (_uncalled_strategy_makers, strategy_class_roots):  # the second after the first's walk
+        for fn in roots(facts, {key[0] for key in visited}):
+            enter(fn, method_calls.get(fn.name, False) if roots is strategy_class_roots else False, [])
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+
+_PLAIN_BASES = ("object", "ABC", "abc.ABC", "keras.Model", "tensorflow.Module", "keras.callbacks.Callback")
+
+
+def strategy_class_roots(facts: Facts, entered: set[int]) -> list:
+    """The methods of a class that keeps a tf.distribute strategy on ``self`` (``self.strategy``,
+    ``self._strategy``, a trainer's ``self.distribution_strategy``) that no method of the class calls and the walk
+    from the module did not reach: a trainer's ``train()``/``fit()``/``build_model()`` run by code elsewhere.
+    Where the class builds and trains under its own strategy is all in its methods, so they are walked as entry
+    points too (under a scope only when the file calls a method of that name inside one). Classes derived from
+    a project or library class are left alone: their base may call the method under its scope."""
+    mod = facts.mod
+    out = []
+    for classes in mod.classes.values():
+        for cls in classes:
+            if mod.is_foreign(cls) or not _plain_bases(mod, cls) or not _holds_strategy(facts, cls):
+                continue
+            methods = [m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            called = {n.func.attr for m in methods for n in ast.walk(m)
+                      if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _is_self(n.func.value)}
+            out += [m for m in methods if id(m) not in entered and m.name not in called
+                    and m.name != "call" and not any(dotted(d) in ("property", "staticmethod") for d in m.decorator_list)]
+    return out
+
+
+def _plain_bases(mod, cls: ast.ClassDef) -> bool:
+    return all((mod.qualname(b) or dotted(b) or "").endswith(_PLAIN_BASES) for b in cls.bases)
+
+
+def _holds_strategy(facts: Facts, cls: ast.ClassDef) -> bool:
+    return any(isinstance(n, ast.Attribute) and _is_self(n.value) and facts.is_strategy_expr(n)
+               and not facts.default_strategy(dotted(n)) for n in ast.walk(cls))
 
 
 def _uncalled_strategy_makers(facts: Facts, entered: set[int]) -> list:
@@ -101,6 +138,10 @@ def _uncalled_strategy_makers(facts: Facts, entered: set[int]) -> list:
     mod = facts.mod
     makers = {id(fn): fn for call, fw, _ in facts.strategy_calls if fw == "tf"
               for fn in [mod.enclosing_function(call)] if fn is not None and not mod.is_foreign(call)}
+    if not makers and facts.strategy_handed():  # ``strategy = get_distribution_strategy(...)``, then its scope
+        makers = {id(fn): fn for call, _ in mod.calls if isinstance(call.func, ast.Attribute)
+                  and call.func.attr == "scope" and facts.is_strategy_expr(call.func.value)
+                  for fn in [mod.enclosing_function(call)] if fn is not None and not mod.is_foreign(call)}
     return [fn for key, fn in makers.items() if key not in entered and mod.enclosing_function(fn) is None]
 
 

@@ -10,6 +10,7 @@ from allgpu.lint.binding import after_strategy_ends, returned_binding, used_afte
 from allgpu.lint.flow import (call_site_note, nested_check, stack_targets, target_stmt, undistributed_branch,
                               walk_scopes)
 from allgpu.lint.resolve import const_str, dotted, iter_body_nodes, kwarg
+from allgpu.lint.tf_handoff import baseline_before_strategy, strategy_on_path, trained_by_callee
 
 _KERAS_MODELS = {"keras.Sequential", "keras.Model", "keras.models.Sequential", "keras.models.Model",
                  "keras.models.load_model", "keras.models.clone_model", "keras.saving.load_model"}
@@ -129,7 +130,7 @@ def _only_read(mod, node: ast.AST) -> bool:
 
 def check_tf001(ctx) -> None:
     facts = ctx.facts
-    if not facts.has_strategy("tf"):
+    if not (facts.has_strategy("tf") or facts.strategy_handed()):
         return
     uses = training_uses(ctx)
     classify = lambda c: tf_creation(ctx, c)  # noqa: E731
@@ -146,17 +147,21 @@ def check_tf001(ctx) -> None:
         outer, returned = returned_binding(ctx.mod, stack, lambda s: (target_stmt(s), stack_targets(s)))
         if outer is not None or returned:
             st, names = outer, names | {n for n in returned if used_after(ctx.mod, outer, n, uses)}
-        elif not names:
+        handed, mention = set(), lambda n: _mentions_strategy(ctx, n)  # noqa: E731
+        if outer is None and not returned and not names:
             names = {n for n in stack_targets(stack) if used_after(ctx.mod, st, n, uses)}
+            handed = set() if names else trained_by_callee(ctx.mod, st, stack_targets(stack), uses, mention)
+            names = names or handed
         if names and st is not None and after_strategy_ends(ctx.mod, facts, st):
             return  # a later snippet that no longer uses the strategy
         label = None
         if not names and st is not None:  # ``model.compile(tf.keras.optimizers.SGD(), ...)`` outside the scope
             label = _compiled_into(ctx.mod, call)
             names = {label} if label and used_after(ctx.mod, st, label.rsplit(".", 1)[0], uses) else set()
-        if names and undistributed_branch(facts, [call, *stack]):
-            return  # the single-device branch of ``if multi_gpu: strategy = ... else: ...``
-        if names and not _baseline_before_strategy(ctx, stack, label.rsplit(".", 1)[0] if label else None):
+        if names and (undistributed_branch(facts, [call, *stack]) or not (handed or strategy_on_path(
+                ctx.mod, facts, stack, names, uses, mention))):
+            return  # the single-device branch of ``if multi_gpu: strategy = ... else: ...``, or a function
+        if names and not baseline_before_strategy(ctx, stack, label.rsplit(".", 1)[0] if label else None):
             site, where = call, ""
             owner = ctx.mod.owner(call) if ctx.mod.is_foreign(call) else None
             if owner is not None:  # built in another module of the project: report where it is called
@@ -171,43 +176,6 @@ def check_tf001(ctx) -> None:
 
     walk_scopes(facts, on_call)
     tf_ema.check_ema(ctx)
-
-
-def _name_lines(mod) -> dict[str, list[tuple[int, bool]]]:
-    """name -> ``(line, is_store)`` for every occurrence of the bare name in the file (built once)."""
-    index = mod.__dict__.get("_name_lines")
-    if index is None:
-        index = {}
-        for node in ast.walk(mod.tree):
-            if isinstance(node, ast.Name):
-                index.setdefault(node.id, []).append((node.lineno, isinstance(node.ctx, ast.Store)))
-        mod.__dict__["_name_lines"] = index
-    return index
-
-
-def _baseline_before_strategy(ctx, stack: list, receiver: str | None = None) -> bool:
-    """The object comes from a module-level assignment made before any strategy is constructed, and the name
-    it is bound to is used only before that (until it is rebound): a deliberate single-device baseline, as bug
-    reports and tutorials write to compare with the distributed run."""
-    top = stack[0] if stack else None
-    if isinstance(top, ast.Expr) and receiver:  # ``model.compile(optimizer=Adam())`` at module level
-        names = [receiver]
-    elif isinstance(top, ast.Assign):
-        names = [t.id for t in top.targets if isinstance(t, ast.Name)]
-    else:
-        return False
-    first = ctx.facts.first_strategy_line("tf")
-    if first is None or top.lineno >= first or not names:
-        return False
-    end = getattr(top, "end_lineno", top.lineno) or top.lineno
-    index = _name_lines(ctx.mod)
-    for name in names:
-        later = sorted(x for x in index.get(name, []) if x[0] > end)
-        rebind = next((line for line, store in later if store), None)
-        uses = [line for line, store in later if not store and (rebind is None or line < rebind)]
-        if any(line >= first for line in uses):
-            return False
-    return True
 
 
 def check_tf004(ctx) -> None:

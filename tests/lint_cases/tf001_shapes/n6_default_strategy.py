@@ -1,0 +1,5 @@
+import tensorflow as tf
+strategy = tf.distribute.get_strategy()
+model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+model.compile(optimizer="adam", loss="mse")
+model.fit(ds)
