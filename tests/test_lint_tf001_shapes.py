@@ -26,6 +26,8 @@ EXPECTED = {
     "p10_handed_fn.py": {(7, "model")},
     "p11_passed_arg.py": {(21, "optimizer")},
     "p12_trainer_ctor.py": {(24, "optimizer")},
+    "p13_gan_compile.py": {(33, "gan.compile"), (34, "gan.compile")},
+    "p14_dcgan_loop.py": {(5, "generator")},
 }
 
 

@@ -81,8 +81,8 @@ def training_uses(ctx) -> dict[str, list[ast.AST]]:
 
 
 def _compiled_into(mod, call: ast.Call) -> str | None:
-    """``"model.compile"`` when ``call`` is written straight into ``model.compile(...)`` (the optimizer argument,
-    or a metric in its ``metrics=[...]``), else None."""
+    """``"model.compile"`` when ``call`` is written straight into ``model.compile(...)`` (the optimizer argument or
+    any ``*optimizer*`` keyword of a subclass's compile, or a metric in its ``metrics=[...]``), else None."""
     node = call
     for anc in mod.ancestors(call):
         if isinstance(anc, (ast.List, ast.Tuple, ast.keyword)):
@@ -90,8 +90,8 @@ def _compiled_into(mod, call: ast.Call) -> str | None:
             continue
         if isinstance(anc, ast.Call) and isinstance(anc.func, ast.Attribute) and anc.func.attr == "compile":
             recv = dotted(anc.func.value)
-            direct = (anc.args[:1] == [node]) or any(k.arg in ("optimizer", "metrics", "weighted_metrics")
-                                                   and k is node for k in anc.keywords)
+            direct = (anc.args[:1] == [node]) or any(k is node and k.arg and ("optimizer" in k.arg or k.arg in (
+                "metrics", "weighted_metrics")) for k in anc.keywords)  # a GAN's ``compile(d_optimizer=...)``
             return f"{recv}.compile" if recv and direct else None
         return None
     return None
