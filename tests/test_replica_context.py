@@ -13,6 +13,11 @@ import torch.nn.functional as F
 import allgpu
 from allgpu.errors import ArgumentError, ArgumentTypeError
 
+try:  # imported at collection: importing Keras starts a process (platform's uname), which the unit tier refuses
+    import keras
+except ImportError:
+    keras = None
+
 GLOBAL_BATCH = 8
 
 
@@ -97,3 +102,32 @@ def test_gathered_negatives_and_reduced_moments_train_as_one_replica():
     for replica in two:
         for got, want in zip(replica, one):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_fit_and_keras_train_steps_run_in_the_replica_context():
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    seen = []
+
+    def loss_fn(outputs, targets):  # a loss that asks for the replica context, as TF code does under fit
+        seen.append(allgpu.get_replica_context().all_reduce("sum", 1.0).item())
+        return F.mse_loss(outputs, targets)
+
+    with strategy.scope():
+        model = torch.nn.Linear(3, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(torch.ones(8, 3), torch.zeros(8, 1))
+    allgpu.fit(model, optimizer, loss_fn, data, epochs=1, global_batch_size=4, strategy=strategy, verbose=False,
+               num_workers=0)
+    assert seen == [1.0, 1.0]
+    if keras is None or keras.backend.backend() != "torch":
+        pytest.skip("Keras is not installed, or runs on another backend in this process")
+
+    def keras_loss(y_true, y_pred):
+        seen.append(allgpu.get_replica_context().strategy)
+        return keras.ops.mean((y_true - y_pred) ** 2)
+
+    with strategy.scope():
+        net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        net.compile(optimizer="sgd", loss=keras_loss)
+    net.fit(torch.ones(8, 3).numpy(), torch.zeros(8, 1).numpy(), batch_size=4, epochs=1, verbose=0)
+    assert seen[-2:] == [strategy, strategy]  # the two steps (an earlier call may be Keras building its loss)

@@ -148,7 +148,8 @@ class KerasReplica:
             sync.divisor = float("inf") if padded else source.global_size / leading_size(batch)
         self._in_step = True
         try:
-            logs = self.model.train_step(batch)
+            with self.strategy._in_replica_context():  # get_replica_context() in train_step, as under TF's run
+                logs = self.model.train_step(batch)
         finally:
             sync.divisor, self._in_step = saved, False
         self._average_state()
@@ -162,7 +163,7 @@ class KerasReplica:
             self._discarded = [v.value.detach().clone() for v in self._metric_variables()]
         self._in_step = True
         try:
-            with torch.no_grad():
+            with torch.no_grad(), self.strategy._in_replica_context():
                 return self.model.test_step(data[0])
         finally:
             self._in_step = False

@@ -84,8 +84,8 @@ class EpochRunner:
         return seen, global_step, time.perf_counter() - start
 
     def _forward_backward(self, x, y) -> tuple[torch.Tensor, Any]:
-        with self.timer.phase("compute"), self.accumulation:
-            with self.precision.autocast():
+        with self.timer.phase("compute"), self.accumulation, self.strategy._in_replica_context():
+            with self.precision.autocast():  # get_replica_context() answers in the model and loss_fn, as in TF
                 outputs = self.model(x)
                 loss = self.loss_fn(outputs, y)
             self.precision.backward(loss)

@@ -177,8 +177,13 @@ class Strategy(ScopeVariables, TFNames):
             raise ArgumentTypeError(f"strategy.run(fn, args=...) takes a tuple of arguments; got {type(args).__name__}. "
                             "Fix: args=(batch,) with a trailing comma.")
         self._mirror_pending()  # a first use of what an open scope() created
-        with local_reads(), context.entered(self, replica=True):  # get_replica_context() inside fn; a Keras
+        with local_reads(), self._in_replica_context():  # get_replica_context() inside fn; a Keras
             return fn(*args, **(kwargs or {}))  # metric's result() is this replica's (sync-on-read)
+
+    def _in_replica_context(self):
+        """A ``with`` block in this strategy's replica context (``allgpu.get_replica_context()`` answers inside):
+        ``run``, ``fit``'s steps and a Keras model's ``train_step``/``test_step`` enter it, as TensorFlow runs them."""
+        return context.entered(self, replica=True)
 
     def replica_context(self) -> ReplicaContext:
         """This replica's :class:`~allgpu.strategies.base.replica_context.ReplicaContext` (what
