@@ -26,16 +26,15 @@ def trained_by_callee(mod, stmt: ast.stmt | None, names: set[str], uses: dict[st
     caller_distributes = scope is not None and mentions(scope)
     end = getattr(stmt, "end_lineno", stmt.lineno) or stmt.lineno
     out = set()
-    for call, _ in mod.calls:
-        if call.lineno <= end or mod.enclosing_function(call) is not scope or mod.is_foreign(call) \
-                or _other_branch(mod, stmt, call):
+    given = _calls_by_scope(mod).get(id(scope), {})
+    for call in sorted({id(c): c for n in names for c in given.get(n, ())}.values(), key=lambda c: c.lineno):
+        if call.lineno <= end:
             continue
         for name in names - out:
-            if not _in_window(call.lineno, end, _window_end(mod, stmt, name)):
-                continue  # ``optimizer`` bound again before this call
             params = _params_given(call, name)
-            if not params:
-                continue
+            if not params or not _in_window(call.lineno, end, _window_end(mod, stmt, name)) \
+                    or _other_branch(mod, stmt, call):
+                continue  # not given here, ``optimizer`` bound again before this call, or never both run
             bound = isinstance(call.func, ast.Attribute)  # ``obj.train(...)``: the method's ``self`` comes first
             fns = [(fn, int(bound and _is_method(mod, fn))) for fn in mod.local_functions(call.func)]
             cls = mod.local_class(call.func)
@@ -46,6 +45,22 @@ def trained_by_callee(mod, stmt: ast.stmt | None, names: set[str], uses: dict[st
                    for fn, skip in fns):
                 out.add(name)
     return out
+
+
+def _calls_by_scope(mod) -> dict[int, dict[str, list[ast.Call]]]:
+    """id(enclosing function, or None for the module) -> name -> the file's own calls there that are given that
+    bare name as an argument (built once)."""
+    index = mod.__dict__.get("_tf_handoff_calls")
+    if index is None:
+        index = {}
+        for call, _ in mod.calls:
+            given = {a.id for a in (*call.args, *(k.value for k in call.keywords)) if isinstance(a, ast.Name)}
+            if given and not mod.is_foreign(call):
+                by_name = index.setdefault(id(mod.enclosing_function(call)), {})
+                for name in given:
+                    by_name.setdefault(name, []).append(call)
+        mod.__dict__["_tf_handoff_calls"] = index
+    return index
 
 
 def _params_given(call: ast.Call, name: str) -> list[int | str]:
