@@ -52,8 +52,15 @@ with strategy.scope():
 if not os.environ.get("INSIDE"):
     first, steps, loss = train()
 stats = strategy.server_stats()
+context = strategy.run(allgpu.get_replica_context)  # its ids answer; a collective is refused, not a hang
+try:
+    context.all_gather(torch.ones(1), axis=0)
+    refused = ""
+except allgpu.errors.UnsupportedError as exc:
+    refused = str(exc)
 with open(os.path.join(out, f"worker{w}.json"), "w") as f:
-    json.dump({"first": first, "last": loss.item(), "steps": steps, "pushes": stats["pushes"], "end": time.time()}, f)
+    json.dump({"first": first, "last": loss.item(), "steps": steps, "pushes": stats["pushes"], "end": time.time(),
+               "context": [context.replica_id_in_sync_group, context.num_replicas_in_sync, refused]}, f)
 """
 
 
@@ -86,6 +93,7 @@ def test_two_workers_train_asynchronously_through_one_parameter_server(tmp_path)
     for w, r in results.items():
         assert r["steps"] == 40 and r["pushes"][str(w)] == 40  # every step was one update on the server
         assert r["last"] < 0.05 * r["first"]  # both converge on the shared variables
+        assert r["context"][:2] == [w, 2] and "workers are asynchronous" in r["context"][2]
 
 
 @pytest.mark.timeout(180)

@@ -29,6 +29,7 @@ from allgpu.runtime import env as launch_env
 from allgpu.runtime.cluster import from_torchrun_env
 from allgpu.runtime.placement import Placement, launched_device
 from allgpu.strategies.ps import server as param_server
+from allgpu.strategies.base.replica_context import ReplicaContext
 from allgpu.strategies.base.strategy import Strategy
 
 
@@ -148,6 +149,13 @@ class ParameterServerStrategy(Strategy):
     def server_stats(self, ps: int = 0) -> dict:
         """Updates parameter server ``ps`` applied per worker, and the workers done."""
         return rpc.rpc_sync(f"ps{ps}", param_server.stats)
+
+    def replica_context(self) -> ReplicaContext:
+        """This worker's replica context: its ids answer; ``all_reduce``/``all_gather`` raise UnsupportedError
+        (asynchronous workers never meet in a collective, as in TensorFlow's parameter-server training)."""
+        return ReplicaContext(self, self._group, refuse=(
+            "its workers are asynchronous: there is no cross-worker collective. Fix: compute the value on each "
+            "worker, or use MirroredStrategy"))
 
     def reduce(self, op, value, axis=None):
         raise UnsupportedError("ParameterServerStrategy workers are asynchronous: there is no cross-worker "

@@ -11,7 +11,7 @@ from torch.utils._pytree import tree_map
 
 from allgpu.core import replica_collectives
 from allgpu.core.replica_group import ReplicaGroup
-from allgpu.errors import ArgumentTypeError
+from allgpu.errors import ArgumentTypeError, UnsupportedError
 from allgpu.strategies.base.checks import op_name
 
 
@@ -24,17 +24,18 @@ class ReplicaContext:
         num_replicas_in_sync: replicas in the job (world size).
     """
 
-    def __init__(self, strategy, group: ReplicaGroup):
+    def __init__(self, strategy, group: ReplicaGroup, refuse: str | None = None):
         self.strategy = strategy
         self._group = group
+        self._refuse = refuse  # why this strategy's replicas cannot meet in a collective (asynchronous workers)
 
     @property
     def replica_id_in_sync_group(self) -> int:
-        return self._group.rank
+        return self.strategy.replica_id_in_sync
 
     @property
     def num_replicas_in_sync(self) -> int:
-        return self._group.world_size
+        return self.strategy.num_replicas_in_sync
 
     def __repr__(self) -> str:
         return f"ReplicaContext(replica {self.replica_id_in_sync_group} of {self.num_replicas_in_sync})"
@@ -51,8 +52,10 @@ class ReplicaContext:
 
         Raises:
             ArgumentError: unknown ``reduce_op``. CollectiveTimeoutError: a replica did not call it in time.
+            UnsupportedError: ``ParameterServerStrategy``, whose workers are asynchronous.
         """
         op = op_name(reduce_op)
+        self._check_collective("all_reduce")
         return tree_map(lambda v: replica_collectives.all_reduce(self._group, self._tensor(v), op), value)
 
     def all_gather(self, value: Any, axis: int) -> Any:
@@ -65,10 +68,16 @@ class ReplicaContext:
 
         Raises:
             ArgumentTypeError: ``axis`` not an int. CollectiveTimeoutError: a replica did not call it in time.
+            UnsupportedError: ``ParameterServerStrategy``, whose workers are asynchronous.
         """
         if isinstance(axis, bool) or not isinstance(axis, int):
             raise ArgumentTypeError(f"all_gather(value, axis): axis must be an int, e.g. axis=0; got {axis!r}.")
+        self._check_collective("all_gather")
         return tree_map(lambda v: replica_collectives.all_gather(self._group, self._tensor(v), axis), value)
+
+    def _check_collective(self, name: str) -> None:
+        if self._refuse:
+            raise UnsupportedError(f"ReplicaContext.{name} under {type(self.strategy).__name__}: {self._refuse}")
 
     def _tensor(self, value: Any) -> torch.Tensor:
         if isinstance(value, torch.Tensor):
