@@ -157,7 +157,10 @@ class Facts:
                        for v in values)}
 
     def is_scope_expr(self, expr: ast.expr) -> bool:
-        """``strategy.scope()``, a name assigned from one, or a name that says it is a scope."""
+        """``strategy.scope()``, a name assigned from one, a name that says it is a scope, or a call of the file's
+        own context manager that enters one (``@contextmanager def maybe_distribute(s): with s.scope(): yield``)."""
+        if isinstance(expr, ast.Call) and any(self._enters_scope(fn) for fn in self.mod.local_functions(expr.func)):
+            return True
         for node in ast.walk(expr):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "scope":
                 return True
@@ -168,6 +171,11 @@ class Facts:
                 if "scope" in name.rsplit(".", 1)[-1].lower() and "name_scope" not in name:
                     return True
         return False
+
+    def _enters_scope(self, fn: ast.AST) -> bool:
+        return any((dotted(d) or "").endswith("contextmanager") for d in getattr(fn, "decorator_list", ())) and any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "scope"
+            for n in ast.walk(fn))
 
     @cached_property
     def run_targets(self) -> set[int]:
