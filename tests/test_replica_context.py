@@ -119,6 +119,11 @@ def test_fit_and_keras_train_steps_run_in_the_replica_context():
     allgpu.fit(model, optimizer, loss_fn, data, epochs=1, global_batch_size=4, strategy=strategy, verbose=False,
                num_workers=0)
     assert seen == [1.0, 1.0]
+    with strategy.scope():  # no strategy=: the one whose scope is open, as Keras' fit under TF
+        allgpu.fit(model, optimizer, lambda out, y: seen.append(allgpu.get_strategy()) or F.mse_loss(out, y), data,
+                   epochs=1, global_batch_size=8, verbose=False, num_workers=0)
+    assert seen[2:] == [strategy]
+    del seen[2:]
     if keras is None or keras.backend.backend() != "torch":
         pytest.skip("Keras is not installed, or runs on another backend in this process")
 

@@ -20,6 +20,7 @@ from allgpu.core.data_rng import seeded
 from allgpu.core.one_program import fingerprint
 from allgpu.runtime.live import check_supported, mirror_pending
 from allgpu.monitor import StepMonitor, session as monitor_session
+from allgpu.strategies.base.context import get_strategy, has_strategy
 from allgpu.strategies.base.strategy import Strategy
 from allgpu.core.memory_fit import warn_if_too_large
 from allgpu.strategies.one_device import OneDeviceStrategy
@@ -47,6 +48,8 @@ class History:
 
 
 def _default_strategy(model: torch.nn.Module) -> Strategy:
+    if has_strategy():  # fit called inside strategy.scope() without strategy=: that strategy, as Keras' fit in TF
+        return get_strategy()
     param = next(model.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
     return OneDeviceStrategy(str(device))
@@ -71,6 +74,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
             ``num_workers`` are then the pipeline's own).
         global_batch_size: examples per micro-step across all replicas; must divide by ``num_replicas_in_sync``.
             With ``accumulation_steps=k`` the optimizer sees ``k * global_batch_size`` examples a step.
+        strategy: the strategy to train on; default the one whose ``scope()`` is open here
+            (``allgpu.get_strategy()``), else a ``OneDeviceStrategy`` on the model's device.
         metrics: names (``"accuracy"``) or callables ``fn(outputs, targets) -> (total, count)``.
         validation_data: a map-style dataset evaluated after each epoch (``val_`` metrics).
         accumulation_steps: micro-batches per optimizer step; one all-reduce per step, not per micro-batch.
