@@ -104,6 +104,22 @@ def test_the_gradient_tape_step_becomes_keras_torch_backend_step():
     assert _kinds(m, CHANGED)[-1][0] == 4 or any(line == 4 for line, _ in _kinds(m, CHANGED))
 
 
+def test_a_step_over_model_trainable_weights_is_converted():
+    # keras-io's "Writing a training loop from scratch in TensorFlow" spells it `model.trainable_weights`; the
+    # attribute was mistaken for a variable named `trainable_weights`, and the step refused as not canonical
+    m = migrate_source("import tensorflow as tf\ndef step(x, y):\n    with tf.GradientTape() as tape:\n"
+                       "        loss_value = loss_fn(y, model(x))\n"
+                       "    grads = tape.gradient(loss_value, model.trainable_weights)\n"
+                       "    optimizer.apply_gradients(zip(grads, model.trainable_weights))\n")
+    assert "trainable_weights = [v for v in model.trainable_weights]" in m.result and "GradientTape" not in m.result
+    assert not _kinds(m, NOT_CONVERTED) and m.complete
+    kept = migrate_source("import tensorflow as tf\ntrainable_weights = 1\ndef step(x, y):\n"
+                          "    with tf.GradientTape() as tape:\n        loss = loss_fn(y, model(x))\n"
+                          "    grads = tape.gradient(loss, model.trainable_weights)\n"
+                          "    optimizer.apply_gradients(zip(grads, model.trainable_weights))\n")
+    assert "tf.GradientTape()" in kept.result  # a script's own `trainable_weights` name is still not shadowed
+
+
 @pytest.mark.parametrize("variant", [
     "with tf.GradientTape(persistent=True) as tape:\n        loss = model(x)",  # a persistent tape
     "with tf.GradientTape() as tape:\n        tape.watch(x)\n        loss = model(x)",  # tape.watch

@@ -24,6 +24,10 @@ def _names_used(module: cst.Module) -> set[str]:
         def visit_Name(self, node: cst.Name) -> None:
             found.add(node.value)
 
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)  # `model.trainable_weights` uses `model`, not a name `trainable_weights`
+            return False
+
     module.visit(_All())
     return found
 
