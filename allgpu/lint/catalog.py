@@ -270,6 +270,16 @@ _R = [
          "    allgpu.fit(..., accumulation_steps=4)        # or strategy.accumulate(4)\n"
          "or recompute them in backward (torch.utils.checkpoint). Not reported when the script already builds\n"
          "FullyShardedStrategy. Info only: an OOM handler alone does not say what fills the device."),
+    Rule("AG005", "error", "allgpu-loss-divided-by-accumulation-steps",
+         "loss divided by the micro-batch count that strategy.accumulate(k) already averages over",
+         "DDP's accumulation (`no_sync()`, nanoGPT's `model.require_backward_grad_sync`) sums the micro-batches'\n"
+         "gradients, so DDP scripts divide each micro-batch's loss by k. allgpu's `strategy.accumulate(k)` divides\n"
+         "the summed gradients by k itself (k micro-batches equal one batch k times larger): with the DDP line\n"
+         "kept, every gradient is k times too small, silently (the learning rate divided by k; under Adam less,\n"
+         "through eps and gradient clipping).\n"
+         "Fix:\n    with strategy.accumulate(k):\n        loss = model(x, y)             # no `/ k`\n"
+         "        loss.backward()\n"
+         "or keep the division and DDP's form: `with strategy.no_sync():` on all but the k-th backward."),
 ]
 
 # The fix in one line: every finding's message ends with ``Fix: <this>`` (``--explain`` gives it in full).
@@ -307,6 +317,7 @@ _FIX = {
     "AG003": "`strategy = allgpu.FullyShardedStrategy()` (the same API as MirroredStrategy)",
     "AG004": "check with `allgpu doctor --run train.py`; shard with `allgpu.FullyShardedStrategy()` if the "
              "state is the problem",
+    "AG005": "drop the division: `with strategy.accumulate(k): loss.backward()` averages over the k micro-batches",
 }
 
 RULES: dict[str, Rule] = {r.id: replace(r, fix=_FIX.get(r.id, "")) for r in _R}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from allgpu.errors import LintUsageError
-from allgpu.lint import rules_allgpu, rules_env, rules_sharded, rules_tf, rules_tf_device, rules_tf_input, rules_torch
+from allgpu.lint import rules_accumulate, rules_allgpu, rules_env, rules_sharded, rules_tf, rules_tf_device, rules_tf_input, rules_torch
 from allgpu.lint.catalog import DEFAULT_OFF, RULES
 from allgpu.lint.compile_check import compile_errors
 from allgpu.lint.facts import Facts
@@ -38,6 +38,7 @@ CHECKS = (
     rules_allgpu.check_ag002,
     rules_allgpu.check_ag003,
     rules_allgpu.check_ag004,
+    rules_accumulate.check_ag005,
 )
 _NOQA = re.compile(r"#\s*allgpu:\s*noqa(?:\[([^\]]*)\])?", re.IGNORECASE)
 _SKIP_DIRS = {".git", ".hg", ".venv", "venv", "__pycache__", ".ipynb_checkpoints", "node_modules", ".tox",
