@@ -15,9 +15,9 @@ import ast
 from allgpu.lint.resolve import dotted
 
 
-def _accumulate_counts(mod) -> list[tuple[ast.AST, str]]:
-    """``(scope node, divisor text)`` for each ``<strategy>.accumulate(k)`` call with one argument."""
-    out = []
+def _accumulate_counts(mod) -> dict[int, tuple[ast.AST, set[str]]]:
+    """Per scope (a function, or the module): the divisor texts of its ``<strategy>.accumulate(k)`` calls."""
+    out: dict[int, tuple[ast.AST, set[str]]] = {}
     for call, _ in mod.calls:
         f = call.func
         if not (isinstance(f, ast.Attribute) and f.attr == "accumulate" and len(call.args) == 1
@@ -27,7 +27,8 @@ def _accumulate_counts(mod) -> list[tuple[ast.AST, str]]:
         text = dotted(arg) or (repr(arg.value) if isinstance(arg, ast.Constant) and isinstance(arg.value, int)
                                and not isinstance(arg.value, bool) and arg.value > 1 else None)
         if text:
-            out.append((mod.enclosing_function(call) or mod.tree, text))
+            scope = mod.enclosing_function(call) or mod.tree
+            out.setdefault(id(scope), (scope, set()))[1].add(text)
     return out
 
 
@@ -64,13 +65,14 @@ def check_ag005(ctx) -> None:
     mod = ctx.mod
     if not ctx.facts.has_strategy("allgpu", multi_device=False):
         return
-    for scope, text in _accumulate_counts(mod):
+    for scope, texts in _accumulate_counts(mod).values():
         for node in ast.walk(scope):
             right = _divisor(node)
-            if right is None or _text(right) != text or not _loss_like(mod, node):
+            if right is None or _text(right) not in texts or not _loss_like(mod, node):
                 continue
             if scope is mod.tree and mod.enclosing_function(node) is not None:
                 continue
+            text = _text(right)
             ctx.emit("AG005", node, f"loss divided by `{text}`, the micro-batch count given to "
                                     f"strategy.accumulate({text}), which already averages the gradients over its "
                                     f"micro-batches: they end up {text} times too small; drop the division")
