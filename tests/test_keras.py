@@ -1,5 +1,7 @@
 """Keras 3 (PyTorch backend) on real Gloo replicas: model.fit on N replicas at global batch B trains like one at B."""
 
+import contextlib
+import io
 import os
 
 import numpy as np
@@ -102,17 +104,21 @@ def _outside_scope_then_mirror(directory):
     model = strategy.mirror(model)
     checkpoint = CountingCheckpoint(os.path.join(directory, "best.weights.h5"), save_weights_only=True,
                                     save_best_only=True, monitor="loss")
-    stop = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0)  # stops after epoch 2
+    stop = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0, verbose=1)  # after epoch 2
     writers = [keras.callbacks.TensorBoard(os.path.join(directory, "logs")),
                keras.callbacks.CSVLogger(os.path.join(directory, "log.csv"))]
-    history = model.fit(x, y, batch_size=BATCH, epochs=6, verbose=0, callbacks=[checkpoint, stop, *writers])
-    return error, [w.copy() for w in model.get_weights()], len(history.history["loss"]), CountingCheckpoint.saves
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # Keras's print_msg writes to sys.stdout
+        history = model.fit(x, y, batch_size=BATCH, epochs=6, verbose=0, callbacks=[checkpoint, stop, *writers])
+    return (error, [w.copy() for w in model.get_weights()], len(history.history["loss"]), CountingCheckpoint.saves,
+            printed.getvalue())
 
 
 @pytest.mark.timeout(120)
 def test_model_built_outside_scope_raises_and_mirror_fixes_it(tmp_path):
     results = allgpu.launch(_outside_scope_then_mirror, num_replicas=2, args=(str(tmp_path),))
-    for rank, (error, _, epochs, saves) in enumerate(results):
+    for rank, (error, _, epochs, saves, printed) in enumerate(results):
+        assert ("early stopping" in printed) == (rank == 0), printed  # EarlyStopping(verbose=1) says so once
         assert error is not None and "created outside strategy.scope()" in error and "strategy.mirror" in error
         assert epochs == 2                                  # EarlyStopping decided the same on both replicas
         assert (saves > 0) == (rank == 0)                   # only replica 0 writes the checkpoint

@@ -19,6 +19,7 @@ difference under a sharded model (saving gathers from every replica).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -31,6 +32,24 @@ from allgpu.errors import UnsupportedError
 WRITERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore, keras.callbacks.CSVLogger,
            keras.callbacks.TensorBoard)
 SAVERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore)
+
+
+@contextlib.contextmanager
+def chief_prints(rank: int):
+    """Keras's own messages (``EarlyStopping`` / ``ReduceLROnPlateau`` / ``BackupAndRestore`` with ``verbose=1``,
+    anything through ``keras.utils.io_utils.print_msg``) are printed by replica 0 only, as a ``tf.distribute``
+    program prints them once: on other replicas Keras's interactive logging is off (its messages go to absl's
+    INFO log) for the duration of the call, then restored. Your own ``print`` is untouched."""
+    from keras.src.utils import io_utils
+
+    if rank == 0 or not io_utils.is_interactive_logging_enabled():
+        yield
+        return
+    io_utils.disable_interactive_logging()
+    try:
+        yield
+    finally:
+        io_utils.enable_interactive_logging()
 
 
 class _Wrapping(keras.callbacks.Callback):

@@ -31,7 +31,7 @@ from torch.distributed.tensor import DTensor
 
 from allgpu.core.scope_record import mirror_when_built
 from allgpu.errors import InputError, UnsupportedError
-from allgpu.keras.callbacks import wrap_callbacks
+from allgpu.keras.callbacks import chief_prints, wrap_callbacks
 from allgpu.keras.metrics import local_reads, read_reduced
 from allgpu.keras.tf_data import is_tf_dataset
 from allgpu.keras.shard import ShardedInput, check_same_data, leading_size, make_input
@@ -267,11 +267,12 @@ class KerasReplica:
         self._batch_logs = self._agreed(_shows_batch_logs(verbose, callbacks, "on_train_batch_end", "on_batch_end",
                                                           "on_test_batch_end"))
         try:
-            return self._fit(self.model, train, epochs=epochs, verbose=self._verbose(verbose),
-                             callbacks=wrap_callbacks(callbacks, self.strategy, train, self._sharded()),
-                             validation_data=val,
-                             shuffle=False, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
-                             validation_steps=validation_steps, validation_freq=validation_freq)
+            with chief_prints(self.rank):
+                return self._fit(self.model, train, epochs=epochs, verbose=self._verbose(verbose),
+                                 callbacks=wrap_callbacks(callbacks, self.strategy, train, self._sharded()),
+                                 validation_data=val, shuffle=False, initial_epoch=initial_epoch,
+                                 steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+                                 validation_freq=validation_freq)
         finally:
             self._train_input, self._eval_input, self._fitting = None, None, False
 
@@ -304,9 +305,10 @@ class KerasReplica:
             self._batch_logs = self._agreed(_shows_batch_logs(verbose, callbacks, "on_test_batch_end"))
             y = sample_weight = batch_size = None
             callbacks = wrap_callbacks(callbacks, self.strategy, None, self._sharded())
-        return self._evaluate(self.model, x, y, batch_size=batch_size, verbose=self._verbose(verbose),
-                              sample_weight=sample_weight, steps=steps, callbacks=callbacks,
-                              return_dict=return_dict, **kwargs)
+        with chief_prints(self.rank):
+            return self._evaluate(self.model, x, y, batch_size=batch_size, verbose=self._verbose(verbose),
+                                  sample_weight=sample_weight, steps=steps, callbacks=callbacks,
+                                  return_dict=return_dict, **kwargs)
 
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         """``keras.Model.train_on_batch`` with ``x`` a global batch: each replica trains on its slice; one step.
@@ -333,7 +335,8 @@ class KerasReplica:
         outputs are gathered, in input order, on every replica (the same array everywhere). A collective."""
         data = self._input(x, None, None, batch_size, False, steps=steps, what="predict", policy="DATA")
         self._prepare(data)
-        local = self._predict(self.model, data, verbose=self._verbose(verbose), steps=steps, callbacks=callbacks)
+        with chief_prints(self.rank):
+            local = self._predict(self.model, data, verbose=self._verbose(verbose), steps=steps, callbacks=callbacks)
         if self.world == 1:
             return local
         from keras import tree
