@@ -117,3 +117,30 @@ def test_an_optimizer_step_inside_an_open_accumulation_cycle_is_refused():
     for message in allgpu.launch(_accelerate_style_loop, num_replicas=2):
         assert "SGD.step() after micro-batch 1 of 2 of strategy.accumulate(2)" in message, message
         assert "if acc.sync_step: optimizer.step()" in message
+
+
+def _require_backward_grad_sync_is_no_sync(built_in_scope: bool):
+    # nanoGPT's accumulation, kept by a script ported from DDP: `model.require_backward_grad_sync = False` on all
+    # but the last micro-batch. Before, allgpu ignored the attribute (a plain module's): every micro-batch all-reduced.
+    strategy = allgpu.MirroredStrategy()
+    if built_in_scope:
+        with strategy.scope():
+            layer = torch.nn.Linear(2, 1, bias=False)
+    else:
+        layer = strategy.mirror(torch.nn.Linear(2, 1, bias=False))
+    model = torch.compile(layer, backend="eager") if not built_in_scope else layer
+    x = torch.full((1, 2), float(strategy.replica_id_in_sync + 1))
+    model.require_backward_grad_sync = False
+    model(x).sum().backward()
+    local, rounds = layer.weight.grad.clone(), strategy.gradient_sync.rounds
+    model.require_backward_grad_sync = True
+    model(x).sum().backward()
+    return local.tolist(), rounds, layer.weight.grad.tolist(), strategy.gradient_sync.rounds
+
+
+@pytest.mark.timeout(120)
+def test_require_backward_grad_sync_false_skips_the_all_reduce_as_under_ddp():
+    for built_in_scope in (True, False):
+        r0, r1 = allgpu.launch(_require_backward_grad_sync_is_no_sync, num_replicas=2, args=(built_in_scope,))
+        assert r0[0] == [[1.0, 1.0]] and r1[0] == [[2.0, 2.0]] and r0[1] == 0, (built_in_scope, r0, r1)
+        assert r0[2] == r1[2] == [[3.0, 3.0]] and r0[3] == 1  # (2 + 4) / 2: the local sums, then averaged

@@ -19,6 +19,7 @@ every replica holds.
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Iterable
 
 import torch
@@ -123,6 +124,7 @@ class GradientSync:
         self._active = False
         self._next = 0
         self.stepper = None  # optimizer-in-backward: called with each bucket's parameters once it is averaged
+        self._flag_roots: list[weakref.ref] = []  # modules whose require_backward_grad_sync is honoured
 
     @property
     def needed(self) -> bool:
@@ -141,6 +143,19 @@ class GradientSync:
             p.register_post_accumulate_grad_hook(self._on_grad_ready)
         if new:
             self._rebuild()
+
+    def watch_flag(self, modules: Iterable[torch.nn.Module]) -> None:
+        """Honour DDP's ``module.require_backward_grad_sync = False`` on these mirrored models (nanoGPT's form of
+        ``no_sync()``, which a script ported from DDP keeps): while any of them holds False, backward passes
+        accumulate locally as under :meth:`allgpu.Strategy.no_sync`. Read when a backward starts (DDP reads it at
+        the forward; scripts set it before both). Through ``torch.compile`` too (its wrapper sets the attribute
+        on the module it compiles)."""
+        known = {id(r()) for r in self._flag_roots}
+        self._flag_roots.extend(weakref.ref(m) for m in modules if id(m) not in known)
+
+    def _held_by_flag(self) -> bool:
+        return any(m is not None and not m.__dict__.get("require_backward_grad_sync", True)
+                   for m in (r() for r in self._flag_roots))
 
     def add_buffers(self, buffers: Iterable[torch.Tensor]) -> None:
         """Register buffers to broadcast from replica 0 after each synchronising backward."""
@@ -163,6 +178,8 @@ class GradientSync:
         if not self.enabled:
             return
         if not self._active:
+            if self._flag_roots and self._held_by_flag():
+                return
             self._active = True
             self._next = 0
             for bucket in self.buckets:

@@ -132,6 +132,9 @@ class ScopeVariables:
     def _watch_assign(self, roots: list) -> None:
         """``load_state_dict(assign=True)`` on these roots keeps their mirrored parameters
         (:mod:`allgpu.core.assign_load`)."""
+        watch_flag = getattr(self._sync, "watch_flag", None)  # DDP's require_backward_grad_sync (GradientSync only)
+        if watch_flag is not None:
+            watch_flag([r for r in roots if not keras_support.is_keras_model(r)])
         for root in roots:
             if not keras_support.is_keras_model(root):
                 watch_assign(root, keep=lambda p: id(p) in self._mirrored_ids, adopt=lambda new: None)
