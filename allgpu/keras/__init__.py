@@ -70,14 +70,14 @@ class ModelRecorder:
         depth = [0]
 
         @functools.wraps(original)
-        def recording_init(model, *args, **kwargs):
+        def recording_init(self, *args, **kwargs):  # `self`: Keras reads this name (Operation.__new__)
             depth[0] += 1
             start = len(recorder.models)
             try:
-                original(model, *args, **kwargs)
+                original(self, *args, **kwargs)
             finally:
                 depth[0] -= 1
-            recorder.models.append(model)
+            recorder.models.append(self)
             if depth[0] == 0 and recorder._on_model is not None:
                 recorder._on_model(recorder.models[start:])
 
