@@ -644,3 +644,13 @@ for x, y in train_loader:
 """
     assert "PT003" in ids(src)
     assert "PT003" not in ids(src.replace("shuffle=True, **kwargs", "sampler=DistributedSampler(train_set), **kwargs"))
+
+
+def test_pt011_says_the_default_is_safe_from_torch_2_6():
+    # nanoGPT's `torch.load(ckpt_path, map_location=device)`: on torch >= 2.6 that loads weights only, so
+    # "unpickles arbitrary code" alone was untrue there
+    from allgpu.lint import check_source
+    (default,) = check_source("import torch\nstate = torch.load(p, map_location='cpu')\n")
+    (explicit,) = check_source("import torch\nstate = torch.load(p, weights_only=False)\n")
+    assert default.rule_id == explicit.rule_id == "PT011"
+    assert "torch < 2.6" in default.message and "2.6" not in explicit.message

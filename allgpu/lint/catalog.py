@@ -202,7 +202,9 @@ _R = [
          "Setting it per process from the local rank, to '-1', or to several GPUs is not flagged."),
     Rule("PT011", "warning", "torch-load-unsafe",
          "torch.load without weights_only=True can run arbitrary code from the file",
-         "torch.load unpickles; a crafted checkpoint executes code on load.\n"
+         "torch.load unpickles; a crafted checkpoint executes code on load. torch 2.6 changed the default to\n"
+         "weights_only=True, so a call without the argument is unsafe on torch < 2.6 only (the message says so);\n"
+         "weights_only=False is unsafe on every version.\n"
          "Fix: `torch.load(path, map_location='cpu', weights_only=True)`."),
     Rule("PT012", "error", "sharded-forward-under-rank-guard",
          "forward of a sharded model (FullyShardedStrategy / FSDP) run under a rank guard",
