@@ -1,8 +1,7 @@
 """PyTorch rules PT001 and PT003-PT009, PT011 (PT002 is in rules_torch_device, PT010 in rules_env).
 
 Rank guards come from ``rank_guard`` (job vs per-node), library BatchNorm models and loss-scaler accumulation
-from ``torch_train``.
-"""
+from ``torch_train``."""
 
 from __future__ import annotations
 
@@ -396,8 +395,6 @@ def check_pt011(ctx) -> None:
         wo = kwarg(call, "weights_only")
         if wo is None and _under_safe_globals(ctx.mod, call):
             continue
-        if wo is None:  # the default changed in torch 2.6: say so, not that this line unpickles everywhere
-            ctx.emit("PT011", call, "torch.load without weights_only=True unpickles arbitrary code on torch < 2.6 "
-                                    "(2.6 and later default to weights_only=True); say it to be safe on every version")
-        elif isinstance(wo, ast.Constant) and wo.value is False:
-            ctx.emit("PT011", call, "torch.load with weights_only=False unpickles arbitrary code")
+        if wo is None or (isinstance(wo, ast.Constant) and wo.value is False):
+            note = "" if wo else " on torch < 2.6 (2.6 and later default to weights_only=True)"
+            ctx.emit("PT011", call, "torch.load without weights_only=True unpickles arbitrary code" + note)
