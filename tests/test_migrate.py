@@ -120,6 +120,22 @@ def test_a_step_over_model_trainable_weights_is_converted():
     assert "tf.GradientTape()" in kept.result  # a script's own `trainable_weights` name is still not shadowed
 
 
+def test_a_step_applied_with_keras3_optimizer_apply_is_converted():
+    # keras-io's Keras 3 "Writing a training loop from scratch in TensorFlow" applies with `optimizer.apply(grads,
+    # model.trainable_weights)`, Keras 3's spelling of apply_gradients(zip(...)); it was refused as not canonical
+    m = migrate_source("import tensorflow as tf\ndef step(x, y):\n    with tf.GradientTape() as tape:\n"
+                       "        loss = loss_fn(y, model(x))\n"
+                       "    grads = tape.gradient(loss, model.trainable_weights)\n"
+                       "    d_opt.apply(grads, model.trainable_weights)\n")
+    assert "        d_opt.apply(grads, trainable_weights)" in m.result and "GradientTape" not in m.result
+    assert m.complete
+    other = migrate_source("import tensorflow as tf\ndef step(x, y):\n    with tf.GradientTape() as tape:\n"
+                           "        loss = loss_fn(y, model(x))\n"
+                           "    grads = tape.gradient(loss, model.trainable_weights)\n"
+                           "    d_opt.apply(grads, other.trainable_weights)\n")  # not the variables differentiated
+    assert "tf.GradientTape()" in other.result and not other.complete
+
+
 @pytest.mark.parametrize("variant", [
     "with tf.GradientTape(persistent=True) as tape:\n        loss = model(x)",  # a persistent tape
     "with tf.GradientTape() as tape:\n        tape.watch(x)\n        loss = model(x)",  # tape.watch

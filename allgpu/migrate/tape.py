@@ -6,7 +6,7 @@ TensorFlow::
         predictions = model(x)
         loss = loss_fn(y, predictions)
     grads = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))   # or Keras 3's optimizer.apply(grads, ...)
 
 becomes, exactly as Keras' guide "Writing a training loop from scratch in PyTorch" writes it with a Keras optimizer
 (keras.io/guides/writing_a_custom_training_loop_in_torch)::
@@ -103,20 +103,34 @@ def match(stmts: list[cst.BaseStatement], aliases: dict[str, str]) -> TapeStep |
     model, _, attr = variables.rpartition(".")
     if not loss or attr not in ("trainable_variables", "trainable_weights") or dotted(grad[1].args[1].value) is None:
         return None
-    apply = _single_expr(apply_stmt)
-    if not (isinstance(apply, cst.Call) and dotted(apply.func) and dotted(apply.func).endswith(".apply_gradients")):
-        return None
-    if len(apply.args) != 1 or apply.args[0].keyword:
-        return None
-    zipped = apply.args[0].value
-    if not (isinstance(zipped, cst.Call) and dotted(zipped.func) == "zip" and len(zipped.args) == 2):
-        return None
-    if dotted(zipped.args[0].value) != grad[0] or code(zipped.args[1].value) != variables:
+    optimizer = _applied_by(_single_expr(apply_stmt), grad[0], variables)
+    if optimizer is None:
         return None
     body = tuple(with_stmt.body.body) if isinstance(with_stmt.body, cst.IndentedBlock) else ()
     if not body or not _assigned(body, loss) or _uses(body, tape):
         return None
-    return TapeStep(body, loss, grad[0], variables, model, dotted(apply.func).rpartition(".")[0])
+    return TapeStep(body, loss, grad[0], variables, model, optimizer)
+
+
+def _applied_by(apply: cst.BaseExpression | None, grads: str, variables: str) -> str | None:
+    """The optimizer of ``opt.apply_gradients(zip(grads, variables))`` or of Keras 3's ``opt.apply(grads,
+    variables)`` (keras-io's TensorFlow training-loop guide writes the latter), else None."""
+    func = dotted(apply.func) if isinstance(apply, cst.Call) else None
+    if func is None or any(a.keyword or a.star for a in apply.args):
+        return None
+    optimizer, _, method = func.rpartition(".")
+    if method == "apply" and len(apply.args) == 2:
+        pair = [a.value for a in apply.args]
+    elif method == "apply_gradients" and len(apply.args) == 1:
+        zipped = apply.args[0].value
+        if not (isinstance(zipped, cst.Call) and dotted(zipped.func) == "zip" and len(zipped.args) == 2):
+            return None
+        pair = [a.value for a in zipped.args]
+    else:
+        return None
+    if not optimizer or dotted(pair[0]) != grads or code(pair[1]) != variables:
+        return None
+    return optimizer
 
 
 def rewrite(step: TapeStep, first: cst.BaseStatement) -> list[cst.BaseStatement]:
