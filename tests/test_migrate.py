@@ -136,6 +136,16 @@ def test_a_step_applied_with_keras3_optimizer_apply_is_converted():
     assert "tf.GradientTape()" in other.result and not other.complete
 
 
+def test_an_unguarded_print_in_a_distributed_script_is_noted():
+    # a migrated keras-io training loop printed every line once per replica, with nothing saying why
+    m = migrate_source("import tensorflow as tf\ns = tf.distribute.MirroredStrategy()\nprint('epoch', 1)\n"
+                       "if s.is_chief:\n    print('once')\n")
+    assert [line for line, message in _kinds(m, KEPT) if message.startswith("print: runs on every replica")] == [3]
+    assert m.complete
+    alone = migrate_source("import tensorflow as tf\nprint(tf.keras.layers.Dense(1))\n")  # no strategy: no note
+    assert not [n for n in _kinds(alone, KEPT) if n[1].startswith("print")]
+
+
 @pytest.mark.parametrize("variant", [
     "with tf.GradientTape(persistent=True) as tape:\n        loss = model(x)",  # a persistent tape
     "with tf.GradientTape() as tape:\n        tape.watch(x)\n        loss = model(x)",  # tape.watch

@@ -90,6 +90,9 @@ KERAS3_MISSING = {
 
 # TensorFlow names that stay as they are: allgpu reads tf.data pipelines (TensorFlow must be installed).
 KEPT_PREFIXES = ("tensorflow.data",)
+PRINT_NOTE = ("print: runs on every replica (one process each, where TensorFlow ran one process for all local GPUs), "
+              "so it prints once per replica; guard it with `if strategy.is_chief:` to print once (Keras' own "
+              "progress bar and messages already print on replica 0 only)")
 # Dataset methods whose function argument TensorFlow runs as input code (tf ops are at home there).
 PIPELINE_METHODS = ("map", "filter", "flat_map", "interleave", "parallel_interleave")
 KEPT_NOTE = ("tf.data kept as it is: allgpu's datasets and Keras' fit read tf.data pipelines and hand each replica "

@@ -10,7 +10,7 @@ import libcst as cst
 from libcst.metadata import PositionProvider
 
 from allgpu.migrate import keras_api, names, reset_states, tape
-from allgpu.migrate.cst import assigned_name, dotted, expr, qualify
+from allgpu.migrate.cst import assigned_name, code, dotted, expr, qualify
 from allgpu.migrate.notes import CHANGED, KEPT, NOT_CONVERTED, Note
 from allgpu.migrate.scope_fix import insert_mirrors, keras_model_call
 from allgpu.migrate.strategy_args import convert_strategy_call
@@ -41,6 +41,7 @@ class Rename(cst.CSTTransformer):
         self._chains: set[int] = set()  # id() of the outermost chain nodes being handled whole
         self._scopes = 0     # open `with <strategy>.scope():` blocks
         self._functions = 0  # open def/class bodies: a model built there may be called inside a scope
+        self._guards = 0     # open `if` blocks testing the replica (`if strategy.is_chief:`, `if rank == 0:`)
         self.models: dict[int, str] = {}  # line -> name: Keras models built outside any scope
         self.in_functions: set[int] = set()  # the lines of those built inside a def
 
@@ -133,6 +134,8 @@ class Rename(cst.CSTTransformer):
         self._tf_data_depth -= self._builds_input(original)
         if self.distributed:
             self._batch_note(original)
+            if dotted(original.func) == "print" and not self._guards:
+                self.note(original, KEPT, names.PRINT_NOTE)
         if self.resets is not None and reset_states.is_reset_states(updated):
             return self._reset_states(original, updated)
         target = dotted(updated.func)
@@ -150,6 +153,13 @@ class Rename(cst.CSTTransformer):
             self._forget(original.args[i])
         self.note(original, CHANGED, "; ".join([f"{source}(...) -> {target}(...)", *messages]))
         return converted
+
+    def visit_If(self, node: cst.If) -> None:
+        self._guards += _tests_replica(node)
+
+    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
+        self._guards -= _tests_replica(original)
+        return updated
 
     def _reset_states(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         """Keras 2's ``X.reset_states()``: ``X.reset_state()`` for a metric or an RNN layer, else reported."""
@@ -289,6 +299,11 @@ class Rename(cst.CSTTransformer):
                 alias = alias.with_changes(name=expr(target))
             aliases.append(alias)
         return updated.with_changes(names=aliases)
+
+
+def _tests_replica(node: cst.If) -> bool:
+    test = code(node.test)
+    return any(word in test for word in ("is_chief", "rank", "replica_id", "task_id", "task_type"))
 
 
 def _is_scope(node: cst.BaseExpression) -> bool:
