@@ -242,3 +242,40 @@ def test_train_on_batch_splits_the_global_batch():
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
         for got, want in zip(logs + [test], logs1 + [test1]):
             np.testing.assert_allclose([got["loss"], got["mae"]], [want["loss"], want["mae"]], rtol=1e-4)
+
+
+class CountingSaves(keras.Sequential):
+    saves = 0
+
+    def save(self, *args, **kwargs):  # Keras's own save: called where the file is really written
+        type(self).saves += 1
+        return super().save(*args, **kwargs)
+
+
+class SaveEachEpoch(keras.callbacks.Callback):  # a callback of your own, run on every replica
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.save(self.path)
+
+
+def _own_callback_saves(path):
+    strategy = allgpu.MirroredStrategy()
+    x, y = regression_data()
+    with strategy.scope():
+        model = CountingSaves([keras.Input((6,)), keras.layers.Dense(64), keras.layers.Dense(1)])
+        model.compile(optimizer="adam", loss="mse")
+    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[SaveEachEpoch(path)])
+    model.evaluate(x, y, batch_size=BATCH, verbose=0)  # a collective: replica 0 stays until replica 1 has waited
+    loaded = keras.models.load_model(path, custom_objects={"CountingSaves": CountingSaves})
+    return CountingSaves.saves, len(loaded.get_weights())
+
+
+@pytest.mark.timeout(120)
+def test_model_save_in_your_own_callback_is_written_once(tmp_path):
+    # before: during fit every replica wrote the same file at once (a corrupt zip: BadZipFile on load_model)
+    results = allgpu.launch(_own_callback_saves, num_replicas=2, args=(str(tmp_path / "epoch.keras"),))
+    assert [saves for saves, _ in results] == [2, 0]  # replica 0 writes each epoch; replica 1 waits for its file
+    assert all(n == 4 for _, n in results)

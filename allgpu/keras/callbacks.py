@@ -20,6 +20,8 @@ difference under a sharded model (saving gathers from every replica).
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import os
 import shutil
 import tempfile
@@ -32,6 +34,27 @@ from allgpu.errors import UnsupportedError
 WRITERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore, keras.callbacks.CSVLogger,
            keras.callbacks.TensorBoard)
 SAVERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore)
+
+
+_COORDINATED: contextvars.ContextVar[bool] = contextvars.ContextVar("allgpu_keras_coordinated", default=False)
+
+
+def coordinated() -> bool:
+    """Whether this call runs inside a hook of :class:`ChiefWrites` / :class:`EveryReplicaSaves`, which arrange
+    their writes themselves; a ``model.save`` elsewhere during ``fit`` (your own callback, on every replica) is
+    written once, by replica 0 (``KerasReplica.save``)."""
+    return _COORDINATED.get()
+
+
+def _coordinating(hook):
+    @functools.wraps(hook)
+    def run(self, *args, **kwargs):
+        token = _COORDINATED.set(True)
+        try:
+            return hook(self, *args, **kwargs)
+        finally:
+            _COORDINATED.reset(token)
+    return run
 
 
 @contextlib.contextmanager
@@ -164,6 +187,9 @@ for _name in ("on_epoch_begin", "on_train_batch_begin", "on_train_batch_end", "o
               "on_predict_batch_begin", "on_predict_batch_end"):
     setattr(ChiefWrites, _name, _chief_only(_name))
     setattr(EveryReplicaSaves, _name, _passed_on(_name))
+for _cls in (ChiefWrites, EveryReplicaSaves):
+    for _name in [name for name in vars(_cls) if name.startswith("on_")]:
+        setattr(_cls, _name, _coordinating(getattr(_cls, _name)))
 
 
 class Meet(keras.callbacks.Callback):

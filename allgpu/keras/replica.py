@@ -31,7 +31,7 @@ from torch.distributed.tensor import DTensor
 
 from allgpu.core.scope_record import mirror_when_built
 from allgpu.errors import InputError, UnsupportedError
-from allgpu.keras.callbacks import chief_prints, wrap_callbacks
+from allgpu.keras.callbacks import chief_prints, coordinated, wrap_callbacks
 from allgpu.keras.metrics import local_reads, read_reduced
 from allgpu.keras.tf_data import is_tf_dataset
 from allgpu.keras.shard import ShardedInput, check_same_data, leading_size, make_input
@@ -69,7 +69,7 @@ class KerasReplica:
         self._state_vars: list = []
         self._decorrelated: set[int] = set()
         self._save, self._save_weights = cls.save, cls.save_weights
-        self._fitting = False  # inside fit, saving callbacks coordinate their own writes (callbacks.py)
+        self._fitting = False  # inside fit, allgpu's wrapped saving callbacks coordinate their own writes
         for name in ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
                      "get_metrics_result", "save", "save_weights"):
             object.__setattr__(model, name, getattr(self, name))
@@ -289,7 +289,7 @@ class KerasReplica:
                                "model.save_weights")
 
     def _one_write(self, filepath, write, what: str):
-        if self._fitting or not isinstance(filepath, (str, os.PathLike)):
+        if (self._fitting and coordinated()) or not isinstance(filepath, (str, os.PathLike)):
             return write(filepath)
         return self.strategy._writer.write(filepath, write, what, collective=self._sharded())
 
