@@ -279,3 +279,23 @@ def test_model_save_in_your_own_callback_is_written_once(tmp_path):
     results = allgpu.launch(_own_callback_saves, num_replicas=2, args=(str(tmp_path / "epoch.keras"),))
     assert [saves for saves, _ in results] == [2, 0]  # replica 0 writes each epoch; replica 1 waits for its file
     assert all(n == 4 for _, n in results)
+
+
+def _save_as_last_line(path):
+    import time
+
+    strategy = allgpu.MirroredStrategy()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1)])
+    if strategy.replica_id_in_sync == 1:
+        time.sleep(1.0)  # replica 0 has written the file and returned by the time replica 1 saves
+    model.save(path)
+    return strategy.replica_id_in_sync
+
+
+@pytest.mark.timeout(120)
+def test_a_function_ending_with_model_save_returns_on_every_replica(tmp_path):
+    # before: replica 0 returned and took the job's store with it; replica 1, waiting for replica 0's file, raised
+    # ReplicaFailedError "the job's store is gone: replica 0 has exited"
+    assert allgpu.launch(_save_as_last_line, num_replicas=2, args=(str(tmp_path / "last.keras"),)) == [0, 1]
+    assert keras.models.load_model(tmp_path / "last.keras").get_weights()[0].shape == (6, 1)

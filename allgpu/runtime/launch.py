@@ -31,8 +31,19 @@ def _replica_main(rank, fn, devices, port, error_dir, timeout_s, args, kwargs, r
     elif not devices[rank].is_cuda:
         torch.set_num_threads(threads_per_replica(len(devices)))
     value = fn(*args, **kwargs)
+    _meet_at_end()
     # Plain pickle: torch's queue reduction shares memory by file descriptor, gone once the replica exits.
     results.put((rank, pickle.dumps(value)))
+
+
+def _meet_at_end() -> None:
+    """Replicas leave together: replica 0 hosts the job's store, and a replica still reading it (waiting for
+    replica 0's ``model.save`` to complete, the function's last line) failed with "the store is gone" when replica
+    0 returned first. A script's replicas meet at exit the same way (``allgpu.runtime.replicas``)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
 
 
 def _refuse_inside_a_job() -> None:
