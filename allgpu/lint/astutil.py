@@ -32,6 +32,18 @@ def kwarg(call: ast.Call, name: str) -> ast.expr | None:
     return None
 
 
+def argument_for(call: ast.Call, fn: ast.FunctionDef, param: str, *, bound: bool) -> ast.expr | None:
+    """The expression ``call`` passes to ``fn``'s parameter ``param``, by keyword or by position; None when it is not
+    given or goes through ``*args``. ``bound``: ``fn`` is a method called on an instance (``trainer.train(ds)``,
+    ``trainer(ds)`` for ``__call__``), so its first parameter takes no argument."""
+    value = kwarg(call, param)
+    if value is not None:
+        return value
+    names = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)][1 if bound else 0:]
+    i = names.index(param) if param in names else -1
+    return call.args[i] if 0 <= i < len(call.args) and not isinstance(call.args[i], ast.Starred) else None
+
+
 def has_star_kwargs(call: ast.Call) -> bool:
     """True when ``call`` passes ``**kwargs`` (its keywords cannot be known)."""
     return any(kw.arg is None for kw in call.keywords)

@@ -12,6 +12,7 @@ import ast
 import re
 
 from allgpu.lint import tfdata
+from allgpu.lint.astutil import argument_for
 from allgpu.lint.facts import RUN_ATTRS
 from allgpu.lint.resolve import Module, dotted, kwarg
 
@@ -106,14 +107,9 @@ def _params(fn) -> list[str]:
 
 
 def _argument(fn, call: ast.Call, param: str) -> ast.expr | None:
-    value = kwarg(call, param)
-    if value is not None:
-        return value
-    names = [x.arg for x in (*fn.args.posonlyargs, *fn.args.args)]
-    if names and names[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
-        names = names[1:]
-    i = names.index(param) if param in names else -1
-    return call.args[i] if 0 <= i < len(call.args) and not isinstance(call.args[i], ast.Starred) else None
+    first = fn.args.posonlyargs[:1] + fn.args.args[:1]
+    bound = bool(first) and first[0].arg in ("self", "cls") and isinstance(call.func, ast.Attribute)
+    return argument_for(call, fn, param, bound=bound)
 
 
 def _loop_values(mod: Module, loop, name: str) -> list[ast.expr]:

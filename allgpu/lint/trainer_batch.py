@@ -16,7 +16,7 @@ import ast
 import functools
 import os
 
-from allgpu.lint.astutil import in_test_case, iter_body_nodes
+from allgpu.lint.astutil import argument_for, in_test_case, iter_body_nodes
 from allgpu.lint.batch_values import const_int
 from allgpu.lint.binding import instance_class, maybe_instance
 from allgpu.lint.config_batch import subscript_path
@@ -65,14 +65,6 @@ def _target(mod, call: ast.Call):
             return (meth, cls) if meth is not None else None
     fns = mod.local_functions(f)
     return (fns[0], None) if fns else None
-
-
-def _argument_for(call: ast.Call, fn: ast.FunctionDef, param: str, method: bool) -> ast.expr | None:
-    names = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)][1 if method else 0:]
-    if param in names and names.index(param) < len(call.args):
-        arg = call.args[names.index(param)]
-        return None if isinstance(arg, ast.Starred) else arg
-    return kwarg(call, param)
 
 
 def _producer(mod, expr: ast.expr, at: ast.Call) -> ast.Call | None:
@@ -182,7 +174,7 @@ def check_trainer_batch(ctx) -> None:
         if not params or not _makes_strategy([cls] if cls is not None else [fn]):
             continue
         for p in params:
-            arg = _argument_for(call, fn, p, cls is not None)
+            arg = argument_for(call, fn, p, bound=cls is not None)
             builder = _producer(mod, arg, call) if arg is not None else None
             if builder is None or id(builder) in seen:
                 continue
