@@ -63,16 +63,14 @@ def chief_prints(rank: int):
     anything through ``keras.utils.io_utils.print_msg``) are printed by replica 0 only, as a ``tf.distribute``
     program prints them once: on other replicas Keras's interactive logging is off (its messages go to absl's
     INFO log) for the duration of the call, then restored. Your own ``print`` is untouched."""
-    from keras.src.utils import io_utils
-
-    if rank == 0 or not io_utils.is_interactive_logging_enabled():
+    if rank == 0 or not keras.config.is_interactive_logging_enabled():
         yield
         return
-    io_utils.disable_interactive_logging()
+    keras.config.disable_interactive_logging()
     try:
         yield
     finally:
-        io_utils.enable_interactive_logging()
+        keras.config.enable_interactive_logging()
 
 
 class _Wrapping(keras.callbacks.Callback):
