@@ -40,7 +40,8 @@ def _framework_of(hit: LogHit, log: LogReading) -> str | None:
     low = hit.text.lower()
     if "torch" in low or "cuda.is_available" in low:
         return "pytorch"
-    if any(k in low for k in ("tf.", "tensorflow", "is_gpu_available", "physical_device", "num gpus", "device_type")):
+    if any(k in low for k in ("tf.", "tensorflow", "is_gpu_available", "physical_device", "num gpus", 'device_type: "',
+                                      "device_type='")):  # TensorFlow's device list, not a tool's "device_type cpu"
         return "tensorflow"
     named = {"torch": "pytorch", "tensorflow": "tensorflow", "jax": "jax"}
     known = (log.setting.frameworks | {named[k] for k in log.facts.versions if k in named}) - {"keras"}

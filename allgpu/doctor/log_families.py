@@ -85,13 +85,36 @@ FAMILIES: tuple[Pattern, ...] = (
     # --- a build without CUDA -------------------------------------------------------------------------------------
     _s("cpu-build-words", "cpu-build",
        r"\b(?:not|n't|never) (?:be(?:en)? )?(?:compil(?:e|ed|ing)|buil[dt]|enabled?|install(?:ed)?|configured?) "
-       r"(?:with|for) (?:the )?(?:CUDA|GPU|cuDNN|NVIDIA|MPS|ROCm|HIP)|\bGPU (?:support )?(?:is )?not enabled\b|"
+       r"(?:with|for) (?:the )?(?:CUDA|GPU|cuDNN|NVIDIA|MPS|ROCm|HIP)|"
+       # the tool's own "not enabled" ("GPU is not enabled", DGL's "Device API cuda is not enabled") and its hint
+       # to install the GPU flavour ("Please install the cuda version of dgl", "installed CPU version PaddlePaddle")
+       r"\b(?:GPU|CUDA)(?: support| API| backend| acceleration)? (?:is |was )?(?:not|n't) enabled\b|"
+       r"\b(?:installed|is|are using) (?:the |a )?CPU (?:version|build|package|variant)\b|\binstall (?:the |a )?"
+       r"(?:CUDA|GPU)(?:[- ]enabled)? (?:version|build|package|variant)\b|"
        r"\bGPU support (?:is )?(?:disabled|off)\b|"
        r"(?<!back to )(?<!back on )\bCPU[- ]only\b|\b\d+\.\d+(?:\.\d+)?\+cpu\b|(?:[\w-]+[-_]cpu)(?:==|\s+)\d|"
        r"without (?:CUDA|GPU) support|"
        r"\b(?:USE|WITH|GGML|LLAMA)_(?:CUDA|GPU|CUBLAS)\s*[=:]\s*(?:0|OFF|False)\b|\bno CUDA support\b|"
        r"(?:^|\|)\s*(?:CU)?BLAS\s*=\s*0\s*(?:\||$)",
        SPECIFIC, "the library was built or installed without GPU support", also=("no-driver",)),
+    # A CUDA entry point missing from a module or op namespace (torch's CPU build has no torch._C._cuda_setDevice;
+    # DGL's CPU wheel no graphbolt.set_max_uva_threads): the installed build has no CUDA part. Names with "gpu"
+    # are left out: Keras's `_get_available_gpus` and TensorFlow's `gpu_options` are API versions, not builds.
+    _s("cuda-attribute", "cpu-build",
+       r"(?:module '[\w.]+'|'?_OpNamespace'? '?\w+'? object) has no attribute '(?:\w*_(?:cuda|cudnn|nccl|uva)"
+       r"\w*|(?:cuda|cudnn|nccl)_\w+)'", SPECIFIC,
+       "the installed build has no CUDA entry points (a CPU build)", also=("cuda-version-mismatch",)),
+    # CUTLASS's status strings (cutlassGetStatusString): "Error Internal" from tiny-cuda-nn's GEMMs is settled as a GPU
+    # below the architecture the kernels were built for (NVlabs/instant-ngp#1219: compute capability 6.x, works on
+    # 7.0+; #1101: a GTX 1060) or a CUDA toolkit other than the build's (#1101: conda's CUDA beside the system's).
+    _s("cutlass-arch", "unsupported-compute-capability",
+       r"\bcutlass\w*\b.{0,120}?(?:\bError (?:Arch Mismatch|Internal|Not Supported)\b|kError(?:ArchMismatch|"
+       r"Internal|NotSupported)\b)", GENERIC, "CUTLASS could not run its kernel on this GPU",
+       also=("cuda-version-mismatch",)),
+    _s("cutlass-driver", "cuda-version-mismatch", r"\bcutlass\w*\b.{0,120}?(?:\bError Insufficient Driver\b|"
+       r"kErrorInsufficientDriver\b)", SPECIFIC, "CUTLASS found the driver older than its kernels need"),
+    _s("cutlass-memory", "out-of-memory", r"\bcutlass\w*\b.{0,120}?(?:\bError Memory Allocation\b|"
+       r"kErrorMemoryAllocation\b)", GENERIC, "CUTLASS could not allocate GPU memory", also=("memory-held",)),
     # --- a CUDA library not found ---------------------------------------------------------------------------------
     _s("library-fails", "missing-cuda-libs", _LIB + r"\W{0,4}.{0,40}?" + _FAILS, SPECIFIC,
        "a CUDA library could not be loaded", "library"),
@@ -117,7 +140,7 @@ FAMILIES: tuple[Pattern, ...] = (
        r"missing)|\bno (?:NVIDIA |CUDA |GPU )?driver (?:found|installed|detected|present)|(?:failed to|could not|"
        r"couldn't|unable to) (?:initialize|load|insert|find) (?:the )?NVIDIA kernel module|kernel module.{0,30}"
        r"\bnvidia\b.{0,30}not (?:loaded|found)|nvidia-smi.{0,40}(?:not found|failed|not recognized|No such file)|"
-       r"\bcuInit\b.{0,40}(?:fail|error)|(?:could not|couldn't|unable to|failed to|cannot) (?:initialize|init|load|"
+       r"\bcuInit\b.{0,40}(?:fail|error|returned\W{0,3}[1-9])|(?:could not|couldn't|unable to|failed to|cannot) (?:initialize|init|load|"
        r"find) (?:the )?(?:CUDA|NVIDIA) driver|"
        r"cudaErrorInitializationError|CUDA_ERROR_NOT_INITIALIZED|cudaErrorNoDevice\b",
        GENERIC, "no usable NVIDIA driver", also=("devices-hidden",)),

@@ -53,7 +53,7 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
        r"can only be used on CUDA(?: or \w+)? devices|no compatible GPUs were discovered|"
        r"is_available\(\)\)?`?\s+(?:returns?|returned|is|gives|outputs?|shows?|still)\s+`?False|"
        # any tool's own "no GPU" wording (Ollama, llama.cpp/ggml, web UIs, apps that fall back to the CPU)
-       r"\bno (?:usable|compatible|supported|nvidia|cuda|gpu) (?:gpus?|devices?|cards?)\b(?: \w+){0,2}? "
+       r"\bno (?:usable|compatible|supported|nvidia|cuda|gpu) (?:gpus?|devices?|cards?|resources?)\b(?: \w+){0,2}? "
        r"(?:found|detected|discovered|available)|\bfound 0 (?:CUDA |GPU |NVIDIA )?(?:devices?|GPUs?)\b|"
        r"\b0 (?:CUDA |NVIDIA )?(?:GPUs?|CUDA devices?) (?:found|detected|available)\b|"
        r"^(?!.*(?:memory|vram|\bRAM\b)).*fall(?:s|ing)? ?back (?:to|on) (?:the )?CPU|"
@@ -62,7 +62,13 @@ FRAMEWORK_PATTERNS: tuple[Pattern, ...] = (
        r"(?:could not|couldn't|cannot|can't|unable to|failed to) (?:find|detect|locate) (?:any |a )?(?:compatible |"
        r"usable |supported |suitable |NVIDIA |CUDA )?(?:GPU|CUDA device)s?\b|Failed to infer device type|"
        r"FP16 is not supported on CPU|\bGPU (?:isn't|is not|wasn't|was not) used\b|"
-       r"^\W*(?:using|running on|selected|chosen)? ?(?:the )?device\W{0,3}['\"]?cpu['\"]?\W*$",
+       r"^\W*(?:using|running on|selected|chosen)? ?(?:the )?device\W{0,3}['\"]?cpu['\"]?\W*$|"
+       r"^\W*(?:using|running on)? ?device[_ ]type\s+['\"]?cpu['\"]?\W*$|"  # not TensorFlow's 'device_type: "CPU"'
+       r"\b(?:GPU|CUDA)s?(?: devices?)? (?:is |are |was )?(?:not |in|un)accessible\b|"
+       r"\b(?:GPU|CUDA)s?(?: devices?| acceleration| support| backend| mode)? (?:is |are |was |were )?(?:not available|"
+       r"unavailable|unusable)\b|"
+       # an argparse dump of the PyTorch examples' `args.cuda = not args.no_cuda and torch.cuda.is_available()`
+       r"\bNamespace\(.*(?:\bcuda=False\b.*\bno_cuda=False\b|\bno_cuda=False\b.*\bcuda=False\b)",
        None, 0,
        "the framework (or a library on it) reports no usable GPU", "unavailable-text", flags=I),
     # --- a CUDA library not found -------------------------------------------------------------------------------
