@@ -167,3 +167,18 @@ def test_srun_one_allgpu_run_launcher_per_node_keeps_working(slurm, srun_params,
     got, want = _params(d / "model.pt"), srun_params(0)
     for key in want:
         torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-6)
+
+
+def test_a_task_that_fails_before_the_rendezvous_ends_the_others_naming_it(slurm, tmp_path):
+    # The page's train.py with an error on task 1 before the strategy (a file missing on one node): srun's default
+    # keeps task 0 running, which waited at the rendezvous until the timeout (1800 s); now it ends, naming task 1.
+    d = _job_dir(tmp_path, "early", "import os\nif os.environ['SLURM_PROCID'] == '1':\n"
+                 "    raise FileNotFoundError('data/train.bin')\n" + TRAIN)
+    step = subprocess.run(["srun", "-n", "2", "python", "train.py"], cwd=d, env={**job_env(), **slurm.env,
+                          "PATH": job_env()["PATH"]}, capture_output=True, text=True, timeout=150)
+    out = step.stdout + step.stderr
+    assert step.returncode != 0, out[-3000:]
+    assert "ReplicaFailedError: task 1 of Slurm step" in out and f"on {slurm.host} ended before joining" in out, \
+        out[-3000:]
+    assert "task 0 stops instead of waiting" in out, out[-3000:]
+    assert not (d / "model.pt").exists()

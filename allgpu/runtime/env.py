@@ -95,11 +95,13 @@ def resolve_timeout(argument: float | None, launched: LaunchEnv | None = None) -
 
 def replica_variables(local_rank: int, devices: Sequence[str], port: int, error_dir: str, timeout_s: float | None,
                       *, rank_offset: int = 0, world_size: int | None = None,
-                      master_addr: str = "127.0.0.1") -> dict[str, str]:
+                      master_addr: str = "127.0.0.1", launcher_store: bool = False) -> dict[str, str]:
     """The variables that make a process local replica ``local_rank`` of a job over ``devices`` (names).
 
     On one machine the global rank is the local rank; a multi-worker job passes this worker's ``rank_offset``
-    (first global rank), the job's ``world_size`` and worker 0's ``master_addr``.
+    (first global rank), the job's ``world_size`` and worker 0's ``master_addr``. ``launcher_store``: the
+    launcher itself hosts the rendezvous store at ``master_addr:port`` (``allgpu.launch``), so every replica,
+    rank 0 included, connects to it as a client: PyTorch's ``TORCHELASTIC_USE_AGENT_STORE=True``, torchrun's way.
     """
     local_world = len(devices)
     variables = {
@@ -117,6 +119,8 @@ def replica_variables(local_rank: int, devices: Sequence[str], port: int, error_
     }
     if timeout_s is not None:
         variables[TIMEOUT] = str(timeout_s)
+    if launcher_store:
+        variables["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     return variables
 
 

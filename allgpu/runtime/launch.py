@@ -16,14 +16,15 @@ from allgpu.devices import resolve_replica_devices
 from allgpu.errors import ReplicaFailedError, StrategyStartError
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.engines import discover, launcher
-from allgpu.runtime.replicas import free_port
+from allgpu.runtime.replicas import held_store
 from allgpu.runtime.threads import threads_per_replica
 
 
 def _replica_main(rank, fn, devices, port, error_dir, timeout_s, args, kwargs, results, forked):
     import torch
 
-    os.environ.update(launch_env.replica_variables(rank, [str(d) for d in devices], port, error_dir, timeout_s))
+    os.environ.update(launch_env.replica_variables(rank, [str(d) for d in devices], port, error_dir, timeout_s,
+                                                   launcher_store=True))
     if forked:
         # OpenMP is not fork-safe: a forked child's first parallel region can hang. One intra-op thread, as
         # DataLoader workers use, avoids it; start_method="spawn" gives each replica its own pool.
@@ -37,9 +38,10 @@ def _replica_main(rank, fn, devices, port, error_dir, timeout_s, args, kwargs, r
 
 
 def _meet_at_end() -> None:
-    """Replicas leave together: replica 0 hosts the job's store, and a replica still reading it (waiting for
-    replica 0's ``model.save`` to complete, the function's last line) failed with "the store is gone" when replica
-    0 returned first. A script's replicas meet at exit the same way (``allgpu.runtime.replicas``)."""
+    """Replicas leave together: a replica still waiting for replica 0's ``model.save`` to complete (the function's
+    last line) failed with "the store is gone" when replica 0 returned first and hosted the store. The launcher
+    hosts it now, but replica 0's exit still ends its collectives; a script's replicas meet at exit the same way
+    (``allgpu.runtime.replicas``)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
@@ -103,9 +105,13 @@ def launch(
     ctx = mp.get_context(start_method)
     results = ctx.SimpleQueue()
     error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
+    # This process hosts the rendezvous store on a port the OS picks and that stays bound until the replicas are
+    # done (torchrun's agent store): no other program or parallel job can take the port between its choice and the
+    # replicas' init_process_group, as with a port found free, released and bound again by replica 0.
+    store = held_store("127.0.0.1", launch_env.resolve_timeout(timeout, launch_env.LaunchEnv()))
     context = mp.start_processes(
         _replica_main,
-        args=(fn, device_list, free_port(), error_dir, timeout, tuple(args), dict(kwargs or {}), results,
+        args=(fn, device_list, store.port, error_dir, timeout, tuple(args), dict(kwargs or {}), results,
               start_method == "fork"),
         nprocs=len(device_list),
         join=False,
@@ -132,6 +138,7 @@ def launch(
         for process in context.processes:
             if process.is_alive():
                 process.kill()
+        del store  # the server closes with its last reference: the port is free again
     _drain(results, values)
     return values
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 from datetime import timedelta
 
 import torch
@@ -10,6 +11,7 @@ import torch.distributed as dist
 
 from allgpu.errors import ClusterConfigError
 from allgpu.runtime.cluster import ClusterSpec
+from allgpu.runtime.engines.slurm_tasks import ended_task_watch
 from allgpu.runtime.gloo_drain import wait_for_gloo_workers
 from allgpu.runtime.waiting import reporting_wait
 
@@ -38,7 +40,8 @@ def init_process_group(spec: ClusterSpec, device: torch.device, timeout_s: float
     kwargs = {"device_id": device} if backend == "nccl" else {}
     if not init_method.startswith("env://"):
         kwargs.update(rank=spec.rank, world_size=spec.world_size)
-    with reporting_wait(spec, timeout_s):  # every 30 s: whom it waits for, since when, until when
+    watch = ended_task_watch(spec.rank, spec.world_size) if spec.source == "Slurm" else contextlib.nullcontext()
+    with reporting_wait(spec, timeout_s), watch:  # every 30 s: whom it waits for; under Slurm, a task gone
         try:
             dist.init_process_group(backend, init_method=init_method, timeout=timedelta(seconds=timeout_s), **kwargs)
         except dist.DistNetworkError as exc:

@@ -21,9 +21,10 @@ from allgpu.runtime.cluster import ClusterSpec, from_tf_config_env
 REPORT_EVERY_S = 30.0
 # srun's default (KillOnBadExit=0) keeps a step's other tasks running when one exits: a task that failed before
 # the rendezvous (its traceback and srun's `task N: Exited` line are above) never comes, and the rest wait here.
-SLURM_HINT = (" Under srun, a task that failed before the rendezvous never comes (srun printed `task N: Exited` "
-              "above) while srun keeps the others running: fix that task's error, or run `srun --kill-on-bad-exit=1` "
-              "so one failed task ends the step.")
+# A task of this node that ended is found within seconds (engines/slurm_tasks.py); one on another node is not.
+SLURM_HINT = (" Under srun, a task on another node that failed before the rendezvous never comes (srun printed "
+              "`task N: Exited` above) while srun keeps the others running: fix that task's error, or run "
+              "`srun --kill-on-bad-exit=1` so one failed task ends the step.")
 
 
 def _clock(t: float) -> str:
