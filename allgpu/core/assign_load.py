@@ -20,6 +20,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from allgpu.core.plain_pickle import pickle_plain
+
 
 def watch_assign(root: nn.Module, keep: Callable[[torch.Tensor], bool], adopt: Callable[[list], None]) -> None:
     """Install the load hooks on ``root`` once.
@@ -32,6 +34,7 @@ def watch_assign(root: nn.Module, keep: Callable[[torch.Tensor], bool], adopt: C
     if getattr(root, "_allgpu_assign_watch", False):
         return
     root._allgpu_assign_watch = True
+    pickle_plain(root)  # torch.save(model) / deepcopy: without these closures
     before: dict[tuple[int, str], torch.Tensor] = {}  # held only during a load (old ones may have no other owner)
 
     def remember(*_args, **_kwargs) -> None:

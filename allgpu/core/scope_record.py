@@ -28,6 +28,8 @@ import torch
 from torch.nn.modules import module as nn_module
 from torch.utils._pytree import tree_leaves
 
+from allgpu.core.plain_pickle import pickle_plain
+
 _OPEN: list["ScopeRecord"] = []  # records of the scopes open in this process, any strategy's
 
 
@@ -133,6 +135,7 @@ class ScopeRecord:
         self._modules.setdefault(key, module)
         if key not in self._first_use:
             self._first_use[key] = module.register_forward_pre_hook(self._hook, prepend=True, with_kwargs=True)
+            pickle_plain(module)  # torch.save(model) inside the scope: without the hook
 
     # -- questions ---------------------------------------------------------------------------------------------
     @property

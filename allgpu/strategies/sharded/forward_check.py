@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from allgpu.core.ledger import user_line
+from allgpu.core.plain_pickle import pickle_plain
 from allgpu.errors import CollectiveTimeoutError, ReplicaFailedError, ShardedForwardError
 
 OP = "forward of the sharded model (all-gathers parameters)"
@@ -40,6 +41,7 @@ class ForwardCheck:
         if self.group.world_size > 1:
             root.register_forward_pre_hook(self._before)
             root.register_forward_hook(self._after, always_call=True)
+            pickle_plain(root)
 
     def _before(self, module, args) -> None:
         self._depth += 1
