@@ -171,7 +171,8 @@ def forward(rows: list[dict], texts: dict[str, str]) -> None:
         total.update(hits=hit, logs=len(test), late_hits=hit * (number >= 8), late=len(test) * (number >= 8))
         parts.append(f"{number}: {hit}/{len(test)}")
     print("naive Bayes alone, fitted on the earlier rounds only: " + ", ".join(parts))
-    print(f"  rounds 2-13: {total['hits']}/{total['logs']} = {total['hits'] / total['logs']:.2f}; rounds 8-13: "
+    last = max(r["round"] for r in rows)
+    print(f"  rounds 2-{last}: {total['hits']}/{total['logs']} = {total['hits'] / total['logs']:.2f}; rounds 8-{last}: "
           f"{total['late_hits']}/{total['late']} = {total['late_hits'] / total['late']:.2f}")
 
 

@@ -140,7 +140,8 @@ FAMILIES: tuple[Pattern, ...] = (
        r"missing)|\bno (?:NVIDIA |CUDA |GPU )?driver (?:found|installed|detected|present)|(?:failed to|could not|"
        r"couldn't|unable to) (?:initialize|load|insert|find) (?:the )?NVIDIA kernel module|kernel module.{0,30}"
        r"\bnvidia\b.{0,30}not (?:loaded|found)|nvidia-smi.{0,40}(?:not found|failed|not recognized|No such file)|"
-       r"\bcuInit\b.{0,40}(?:fail|error|returned\W{0,3}[1-9])|(?:could not|couldn't|unable to|failed to|cannot) (?:initialize|init|load|"
+       r"\bcuInit\b.{0,40}(?:fail|error|returned\W{0,3}[1-9])|"
+       r"(?:could not|couldn't|unable to|failed to|cannot) (?:initialize|init|load|"
        r"find) (?:the )?(?:CUDA|NVIDIA) driver|"
        r"cudaErrorInitializationError|CUDA_ERROR_NOT_INITIALIZED|cudaErrorNoDevice\b",
        GENERIC, "no usable NVIDIA driver", also=("devices-hidden",)),
