@@ -98,6 +98,32 @@ def test_tf009_map_on_a_pandas_piped_dataset(tmp_path):
     assert "TF009" not in _project(other, par=", num_parallel_calls=tf.data.AUTOTUNE")
 
 
+GROUPED = """
+import tensorflow as tf
+from pkg.operators import ToKShotDataset
+
+datasets = annotations.groupby("split").apply(lambda group: ToKShotDataset(k_shot=4)(group))
+batched = datasets.map(lambda dataset: dataset.batch(64).map(lambda x, y: (x, y){par}).repeat())
+model.compile(optimizer="adam", loss="mse")
+model.fit(batched["train"], validation_data=batched["val"], epochs=3)
+"""
+
+
+def test_tf009_map_on_the_items_of_a_pandas_series_of_datasets(tmp_path):
+    """TF009 (a0801, Keras-FewShotLearning, tuning half): ``frame.groupby(...).apply(lambda g: Op(k)(g))`` is a
+    pandas Series whose items are the tf.data pipelines ``Op.__call__`` returns; ``series.map(lambda ds: ...)``
+    maps each of them, so ``ds.batch(64).map(f)`` is a Dataset map that feeds ``fit``. With num_parallel_calls,
+    or when the Series' items are not pipelines, nothing."""
+    assert "TF009" in _project(tmp_path, GROUPED)
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    assert "TF009" not in _project(fixed, GROUPED, par=", num_parallel_calls=tf.data.AUTOTUNE")
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    plain = GROUPED.replace("ToKShotDataset(k_shot=4)(group)", "group.sample(4)")
+    assert "TF009" not in _project(frames, plain)
+
+
 PREFETCH_THEN_MAP = TF + """
 def load(split, batch_size):
     ds = tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)

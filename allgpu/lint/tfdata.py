@@ -61,7 +61,11 @@ def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
             return "tfdata"
         if isinstance(f, ast.Attribute) and f.attr in _TFDATA_METHODS:
             inner = classify(mod, f.value, depth + 1)
+            if inner is None and container_body(mod, expr, depth) is not None:
+                return "tfdata"  # a pandas Series of datasets mapped to datasets: its items are pipelines
             return inner if inner is not None or not _autotuned(mod, expr) else "tfdata"
+        if isinstance(f, ast.Call) and mod.local_class(f.func) is not None:  # ``ToKShotDataset(k_shot=4)(group)``
+            return _merge({classify(mod, r, depth + 1) for r in _callable_returns(mod, f)})
         if isinstance(f, ast.Attribute) and f.attr == "pipe" and len(expr.args) == 1:
             # ``frame.pipe(ToDataset(k))``: pandas hands the frame to the callable and returns what it returns
             return _merge({classify(mod, r, depth + 1) for r in _callable_returns(mod, expr.args[0])})
@@ -72,10 +76,53 @@ def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
     if isinstance(expr, (ast.Name, ast.Attribute)):
         values = [_unpacked_from(mod, expr, v) or v for v in mod.values_of(expr)[:8]]
         found = _merge({classify(mod, v, depth + 1) for v in values if v is not expr}) if values else None
-        if found is None and isinstance(expr, ast.Name) and _declared_dataset(mod, expr):
+        if found is None and isinstance(expr, ast.Name) and (_declared_dataset(mod, expr)
+                                                              or _container_item(mod, expr, depth)):
             return "tfdata"
         return found
     return None
+
+
+def container_body(mod: Module, call: ast.Call, depth: int = 0) -> ast.expr | None:
+    """For ``datasets.map(lambda ds: ds.batch(64).map(f))`` where ``datasets`` is not a pipeline but a container
+    (a pandas Series) whose items are tf.data pipelines (``frame.groupby("split").apply(lambda g: make_ds(g))``):
+    the lambda's body, the pipeline each item becomes. None otherwise."""
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and f.attr in ("map", "apply") and len(call.args) == 1
+            and isinstance(call.args[0], ast.Lambda) and len(call.args[0].args.args) == 1) or depth > 10:
+        return None
+    return call.args[0].body if _items_are_datasets(mod, f.value, depth + 1) else None
+
+
+def _items_are_datasets(mod: Module, expr: ast.expr, depth: int) -> bool:
+    """``expr`` is a container built by mapping a lambda that returns a tf.data pipeline over a non-pipeline."""
+    values = [expr] if isinstance(expr, ast.Call) else mod.values_of(expr)[:8]
+    for v in values:
+        if not (isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in ("map", "apply")
+                and len(v.args) == 1 and isinstance(v.args[0], ast.Lambda)):
+            continue
+        lam = v.args[0]
+        if _base_name(lam.body) in [a.arg for a in lam.args.args]:
+            continue  # ``v.map(lambda e: e.data)``: an item's own attribute, not a pipeline the lambda makes
+        if classify(mod, v.func.value, depth + 1) is None and classify(mod, lam.body, depth + 1) == "tfdata":
+            return True
+    return False
+
+
+def _base_name(expr: ast.expr) -> str | None:
+    """The name a chain of calls, attributes and subscripts starts from (``e`` for ``e.batch(8)[0]``)."""
+    while isinstance(expr, (ast.Call, ast.Attribute, ast.Subscript)):
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _container_item(mod: Module, name: ast.Name, depth: int) -> bool:
+    """``ds`` is the parameter of a lambda mapped over a container of tf.data pipelines (``container_body``)."""
+    lam = next((a for a in mod.ancestors(name) if isinstance(a, ast.Lambda)), None)
+    if lam is None or [a.arg for a in lam.args.args] != [name.id]:
+        return False
+    call = mod.parent.get(id(lam))
+    return isinstance(call, ast.Call) and container_body(mod, call, depth + 1) is lam.body
 
 
 def _tfds_builder_dataset(mod: Module, f: ast.expr, depth: int) -> bool:
@@ -174,6 +221,9 @@ def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None
         f = expr.func
         if is_tfdata_root(mod.qualname(f)):
             return [expr], set()
+        body = container_body(mod, expr, depth) if isinstance(f, ast.Attribute) else None
+        if body is not None:  # a container of pipelines mapped item by item: each item's pipeline is the body
+            return pipeline(mod, body, depth + 1, seen, steps)
         if isinstance(f, ast.Attribute) and f.attr in _TFDATA_METHODS:
             if steps is not None:
                 steps.append(expr)
@@ -191,6 +241,8 @@ def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None
     if isinstance(expr, (ast.Name, ast.Attribute)):
         roots, methods = [], set()
         values = mod.values_of(expr)
+        if not values and isinstance(expr, ast.Name) and _container_item(mod, expr, depth):
+            return [expr], set()  # an item of a container of pipelines: where this pipeline starts here
         if isinstance(expr, ast.Name) and len(values) > 1:  # ``dataset`` bound in this function, not elsewhere
             values = _by_scope(mod, expr.id, values).get(id(mod.enclosing_function(expr))) or values
         for v in values[:16]:
