@@ -146,8 +146,31 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
                       "cores pass devices=['/cpu:0', '/cpu:1'] (or num_replicas=2); `allgpu doctor` explains the GPUs."
                       + batch_shell_hint(), RuntimeWarning)
     check_second(name, len(device_list), joins_group=False)
+    if len(device_list) > 1:  # started by re-executing this program
+        _refuse_multiprocessing_child(name, len(device_list))
     first = engine.first_replica(len(device_list)) if engine is not None else None
     return _start(name, device_list, timeout_s, backend, fallback, first)
+
+
+def _refuse_multiprocessing_child(name: str, count: int) -> None:
+    """A process that ``torch.multiprocessing.spawn`` (or ``multiprocessing``) started cannot start replicas by
+    re-executing its command line: that line is multiprocessing's (``python -c "...spawn_main(pipe_handle=6)"``,
+    which failed in each copy with a bare ``OSError: [Errno 9] Bad file descriptor``; or, forked, the parent's
+    script, which would spawn again), and each of its siblings would start a job of its own. Raised whatever
+    ``fallback`` says: falling back would leave each sibling training alone."""
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    raise StrategyStartError(
+        f"{name} would start {count} replicas by re-executing this program, but this process was started by "
+        f"multiprocessing (torch.multiprocessing.spawn, as pytorch/examples' imagenet --multiprocessing-distributed "
+        f"does; parent pid {parent.pid}): its command line cannot be re-executed, and each process the parent started "
+        "would start a job of its own. Fix: call the worker function directly, without mp.spawn (the strategy starts "
+        "one replica per device itself); or run it under allgpu.launch(fn, num_replicas=N) (fn gets no process "
+        "index: use strategy.replica_id_in_sync); or keep mp.spawn and call torch.distributed.init_process_group("
+        "rank=i, world_size=N) before the strategy, which then joins that group.")
 
 
 def launched_device(local_rank: int, launched: launch_env.LaunchEnv) -> torch.device:
