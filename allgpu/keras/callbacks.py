@@ -30,6 +30,7 @@ import keras
 import torch
 
 from allgpu.errors import UnsupportedError
+from allgpu.keras.stopping import AgreeStop, stop_hooks_per_batch
 
 WRITERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore, keras.callbacks.CSVLogger,
            keras.callbacks.TensorBoard)
@@ -250,8 +251,9 @@ class EpochSync(keras.callbacks.Callback):
 
 def wrap_callbacks(callbacks, strategy, train_input,
                    sharded: bool = False) -> list | keras.callbacks.CallbackList | None:
-    """The user's callbacks with file writers wrapped (several replicas) and the epoch sync added (training). A
-    collective with several replicas (:func:`agree_writers`).
+    """The user's callbacks with file writers wrapped (several replicas), the epoch sync added first and
+    :class:`~allgpu.keras.stopping.AgreeStop` last (training). A collective with several replicas
+    (:func:`agree_writers`, :func:`~allgpu.keras.stopping.stop_hooks_per_batch`).
 
     A ``CallbackList`` (Keras passes one from ``fit`` to ``evaluate``) is returned unchanged.
 
@@ -273,4 +275,6 @@ def wrap_callbacks(callbacks, strategy, train_input,
         wrapped = [Meet(strategy, first=True), *wrapped, Meet(strategy, first=False)]
     if train_input is not None:
         wrapped.insert(0, EpochSync(train_input))
+        if many:  # last: after every callback that may set model.stop_training
+            wrapped.append(AgreeStop(strategy, stop_hooks_per_batch(listed, strategy)))
     return wrapped
