@@ -83,6 +83,10 @@ KERAS3_MISSING = {
     "tensorflow.keras.layers.experimental": "Keras 3 moved these layers to keras.layers.<Name>",
     "tensorflow.keras.mixed_precision.experimental": "use keras.mixed_precision.set_global_policy",
     "tensorflow.keras.estimator": "Keras 3 has no estimators",
+    "tensorflow.keras.utils.multi_gpu_model": "Keras 3 has no multi_gpu_model (TensorFlow removed it in 2.4 for "
+                                              "tf.distribute): build and compile the model inside "
+                                              "allgpu.MirroredStrategy().scope() (or pass it to strategy.mirror) "
+                                              "and fit it instead of the parallel copy",
     "tensorflow.keras.preprocessing.image.ImageDataGenerator": "Keras 3 has no ImageDataGenerator: use "
                                                                "keras.utils.image_dataset_from_directory and "
                                                                "preprocessing layers",
@@ -139,6 +143,9 @@ WHY_NOT: dict[str, str] = {
     "tensorflow.nn.compute_average_loss": "TensorFlow's sample_weight is its second positional argument, "
                                           "allgpu's is global_batch_size: pass them by keyword",
 }
+# tf.function's arguments that only steer tracing: a decorator with no others is removed like a bare one.
+TRACING_HINTS = ("experimental_relax_shapes", "reduce_retracing", "autograph", "experimental_autograph_options",
+                 "experimental_follow_type_hints", "experimental_implements", "name")
 # Keras 2 model attributes a custom train_step uses that Keras 3 removed (reported wherever they appear).
 KERAS2_ATTRIBUTES = {
     "compiled_loss": "Keras 3 has no compiled_loss: call self.compute_loss(x=x, y=y, y_pred=y_pred)",

@@ -236,11 +236,13 @@ class Rename(cst.CSTTransformer):
         kept = []
         for old, new in zip(original.decorators, updated.decorators):
             deco = old.decorator
-            bare = deco if not isinstance(deco, cst.Call) else (deco.func if not deco.args else None)
+            bare = deco if not isinstance(deco, cst.Call) else (deco.func if _hints_only(deco) else None)
             if qualify(dotted(bare), self.aliases) == "tensorflow.function":
                 self.leftovers.pop(self._where(bare), None)
+                hints = f"; {', '.join(a.keyword.value for a in deco.args)} only steered its tracing" \
+                    if isinstance(deco, cst.Call) and deco.args else ""
                 self.note(old, CHANGED, f"@{dotted(bare)} removed: `{original.name.value}` runs eagerly on PyTorch "
-                                        "(the same results; tf.function only compiled it to a graph; "
+                                        f"(the same results; tf.function only compiled it to a graph{hints}; "
                                         "strategy.compile / torch.compile compile it if you want)")
                 continue
             kept.append(new)
@@ -278,6 +280,14 @@ class Rename(cst.CSTTransformer):
             return updated
         if module.startswith("tensorflow.keras") and not self._missing_in_keras3(module):
             target = "keras" + module[len("tensorflow.keras"):]
+            dropped = [] if isinstance(original.names, cst.ImportStar) else [
+                a.name.value for a in original.names if isinstance(a.name, cst.Name)
+                and (self._missing_in_keras3(f"{module}.{a.name.value}")
+                     or keras_api.exists(f"{target}.{a.name.value}") is False)]
+            if dropped:  # rewriting the module would only move the ImportError into the migrated script
+                self.note(original, NOT_CONVERTED, f"from {module} import {', '.join(dropped)}: "
+                                                   f"{names.why_not(f'{module}.{dropped[0]}')}")
+                return updated
             self.note(original, CHANGED, f"from {module} import ... -> from {target} import ...")
             return updated.with_changes(module=expr(target))
         imported = [] if isinstance(original.names, cst.ImportStar) else original.names
@@ -299,6 +309,11 @@ class Rename(cst.CSTTransformer):
                 alias = alias.with_changes(name=expr(target))
             aliases.append(alias)
         return updated.with_changes(names=aliases)
+
+
+def _hints_only(call: cst.Call) -> bool:
+    """``@tf.function(...)`` given only arguments that steer tracing (``experimental_relax_shapes=True``...)."""
+    return all(a.keyword is not None and a.keyword.value in names.TRACING_HINTS for a in call.args)
 
 
 def _tests_replica(node: cst.If) -> bool:
