@@ -198,3 +198,25 @@ def step(x):
 step(batch)
 """
     assert "TF001" not in ids(replica)
+
+
+INTERNAL_SPELLING = """
+from tensorflow.python.data.ops import dataset_ops
+
+
+def make_avro_dataset(filenames, batch_size, label_keys, num_parallel_calls=2):
+    dataset = dataset_ops.Dataset.from_tensor_slices(filenames)
+    dataset = dataset.interleave(read_file, cycle_length=num_parallel_calls)
+    dataset = dataset.map(parse, num_parallel_calls=num_parallel_calls)
+    dataset = dataset.map(lambda x: split_labels(x, label_keys){par})
+    return dataset.prefetch(1)
+"""
+
+
+def test_tf009_tf_data_through_tensorflow_internal_module_paths():
+    """TF009 (a0802, tensorflow-io's make_avro_dataset, tuning half): a library built on TensorFlow imports tf.data
+    by TensorFlow's own module path (``from tensorflow.python.data.ops import dataset_ops``); its
+    ``dataset_ops.Dataset.from_tensor_slices`` starts a tf.data pipeline as ``tf.data.Dataset.from_tensor_slices``
+    does. With num_parallel_calls on every map, nothing."""
+    assert "TF009" in ids(INTERNAL_SPELLING.format(par=""))
+    assert "TF009" not in ids(INTERNAL_SPELLING.format(par=", num_parallel_calls=num_parallel_calls"))

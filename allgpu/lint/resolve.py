@@ -30,6 +30,11 @@ _PREFIXES = (
     ("tensorflow.compat.v1.", "tensorflow."),
     ("tensorflow.compat.v2.", "tensorflow."),
     ("tensorflow.python.keras.", "keras."),
+    # TensorFlow's own module paths for tf.data (``from tensorflow.python.data.ops import dataset_ops``), as
+    # libraries built on TensorFlow import it: ``dataset_ops.Dataset.from_tensor_slices`` is tf.data's
+    ("tensorflow.python.data.ops.dataset_ops.", "tensorflow.data."),
+    ("tensorflow.python.data.ops.readers.", "tensorflow.data."),
+    ("tensorflow.python.data.experimental.ops.readers.", "tensorflow.data.experimental."),
     ("tensorflow.keras.", "keras."),
     ("tf_keras.", "keras."),
     ("torch.nn.parallel.distributed.", "torch.nn.parallel."),
