@@ -30,8 +30,7 @@ _PREFIXES = (
     ("tensorflow.compat.v1.", "tensorflow."),
     ("tensorflow.compat.v2.", "tensorflow."),
     ("tensorflow.python.keras.", "keras."),
-    # TensorFlow's own module paths for tf.data (``from tensorflow.python.data.ops import dataset_ops``), as
-    # libraries built on TensorFlow import it: ``dataset_ops.Dataset.from_tensor_slices`` is tf.data's
+    # tf.data by TensorFlow's own module paths, as libraries built on it import it (``dataset_ops.Dataset``)
     ("tensorflow.python.data.ops.dataset_ops.", "tensorflow.data."),
     ("tensorflow.python.data.ops.readers.", "tensorflow.data."),
     ("tensorflow.python.data.experimental.ops.readers.", "tensorflow.data.experimental."),
