@@ -10,7 +10,10 @@ and an optimizer step pre-hook checks what an optimizer updates (the check that 
 compiled). A forward that evaluates (a torch module in ``eval()`` mode; any Keras model, whose ``training=`` flag
 does not reach torch) trains nothing, so it does not raise: the parameters it reads get a gradient hook that raises
 the same error if a gradient is ever computed for them unmirrored (restoring a checkpoint into a model built outside
-the scope and evaluating it, as TensorFlow's custom-training tutorial does, is fine).
+the scope and evaluating it, as TensorFlow's custom-training tutorial does, is fine). So is a train-mode forward of
+``torch.optim.swa_utils.AveragedModel`` (SWA's and PyTorch's EMA copy, made by deep-copying the mirrored model):
+its ``update_bn`` recomputes BatchNorm statistics in train mode and trains nothing; its parameters get the same
+gradient hook.
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ class MirrorCheck:
         self.rank = rank
         self._verified: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
         self._evaluated: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()  # its parameters' hooks armed
+        self._averaged: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()  # an AveragedModel's modules
         self._armed: dict[int, weakref.ref] = {}  # id(param) -> param, for those carrying the gradient hook
         self._optimizers: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple]" = weakref.WeakKeyDictionary()
         self._handles = [nn_module.register_module_forward_pre_hook(self._check),
@@ -126,7 +130,8 @@ class MirrorCheck:
     def _check(self, module: torch.nn.Module, args):
         if torch.compiler.is_compiling() or not torch.is_grad_enabled() or module in self._verified:
             return None
-        if module in self._evaluated and not _trains_at_forward(module):
+        trains = _trains_at_forward(module) and not self._in_averaged_model(module)
+        if module in self._evaluated and not trains:
             return None
         if not any(isinstance(a, torch.Tensor) for a in tree_leaves(args)):
             return None  # a symbolic call (Keras building a functional model from KerasTensors), not training
@@ -138,11 +143,17 @@ class MirrorCheck:
             changed = record.first_use(module, args, {})  # a wrapper made elsewhere (torch.compile) around it
             args = changed[0] if changed is not None else args
         mirror_built_later(module)  # a Keras model adopted before it was built: its variables, built by now
-        if _trains_at_forward(module):
+        if trains:
             self.check(module)
         else:
             self.arm(module)
         return args
+
+    def _in_averaged_model(self, module: torch.nn.Module) -> bool:
+        """True for an ``AveragedModel`` and the modules it holds (its pre-hook runs before theirs)."""
+        if isinstance(module, torch.optim.swa_utils.AveragedModel):
+            self._averaged.update(module.modules())
+        return module in self._averaged
 
     def arm(self, module: torch.nn.Module) -> None:
         """An evaluating forward: give each unmirrored trainable parameter of ``module`` a gradient hook raising
