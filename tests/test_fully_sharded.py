@@ -264,3 +264,42 @@ def _export_then_train():
 @pytest.mark.timeout(60)
 def test_full_state_dict_is_a_copy_even_on_one_replica():
     assert allgpu.launch(_export_then_train, num_replicas=1) == [True]  # training on does not change the export
+
+
+def _micro_batches(switch: str, k: int = 4, batch: int = 32, steps: int = 2):
+    """A hand-written accumulation loop of k micro-batches a step, sync held off on all but the last one by
+    ``switch``: nanoGPT's DDP flag, or FSDP2's own ``set_requires_gradient_sync``."""
+    strategy = allgpu.FullyShardedStrategy()
+    n, r = strategy.num_replicas_in_sync, strategy.replica_id_in_sync
+    torch.manual_seed(0)
+    with strategy.scope():
+        model = TiedNet()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = make_data().tensors
+    rounds = []
+    for step in range(steps):
+        before = strategy.gradient_sync.rounds
+        for micro in range(k):
+            if switch == "flag":
+                model.require_backward_grad_sync = micro == k - 1
+            else:
+                model.set_requires_gradient_sync(micro == k - 1)
+            lo = step * batch + micro * (batch // k) + r * (batch // k // n)
+            loss = torch.nn.functional.cross_entropy(model(x[lo:lo + batch // k // n]), y[lo:lo + batch // k // n])
+            (loss / k).backward()
+        rounds.append(strategy.gradient_sync.rounds - before)
+        optimizer.step()
+        optimizer.zero_grad()
+    return strategy.full_state_dict(model), rounds
+
+
+@pytest.mark.timeout(300)
+def test_no_sync_by_ddp_flag_or_fsdp2_switch_reduces_once_a_step_equal_to_one_replica():
+    # Before, `model.require_backward_grad_sync = False` (nanoGPT's form) was ignored under FSDP2: every micro-batch
+    # reduce-scattered (4 rounds a step instead of 1); the parameters were right, the communication k times too much.
+    reference, _ = allgpu.launch(_micro_batches, num_replicas=1, args=("flag",))[0]
+    for switch in ("flag", "fsdp"):
+        full, rounds = allgpu.launch(_micro_batches, num_replicas=2, args=(switch,))[0]
+        assert rounds == [1, 1], (switch, rounds)
+        for key in reference:
+            torch.testing.assert_close(full[key], reference[key], rtol=1e-4, atol=1e-6)

@@ -42,6 +42,8 @@ class ClusterSpec:
         local_world_size: replicas on this node.
         master_addr / master_port: rendezvous address of the ``env://`` process-group init.
         source: where the description came from (``"torchrun"``, ``"TF_CONFIG"``, ``"allgpu"``).
+        job: the job's id in words where its engine gives one (``"Slurm job 42 step 0"``), else None; checked at
+            the rendezvous (:mod:`allgpu.runtime.job_identity`).
     """
 
     rank: int
@@ -51,6 +53,7 @@ class ClusterSpec:
     master_addr: str
     master_port: int
     source: str = "torchrun"
+    job: str | None = None
 
 
 def _int(env: Mapping[str, str], key: str, source: str) -> int:
@@ -99,6 +102,7 @@ def from_torchrun_env(env: Mapping[str, str] | None = None) -> ClusterSpec | Non
         master_addr=env["MASTER_ADDR"],
         master_port=_int(env, "MASTER_PORT", "torchrun"),
         source=launch_env.read(env).cluster_source or "torchrun",
+        job=f"allgpu job {launch_env.read(env).job_id}" if launch_env.read(env).job_id else None,
     )
 
 

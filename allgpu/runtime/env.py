@@ -12,6 +12,7 @@ these, which carry what torchrun has no name for:
 ``ALLGPU_CLUSTER_SOURCE``   who described the job: ``"allgpu"``, ``"TF_CONFIG"`` (else torchrun)
 ``ALLGPU_FRESH_STORE``      ``"1"``: each restart attempt gets its own store (``allgpu run`` with node ranks)
 ``ALLGPU_WAIT_REPORT_S``    seconds between "still waiting at the rendezvous" reports (default 30; tests shorten it)
+``ALLGPU_JOB_ID``           the id of a job allgpu started on one machine, checked at its rendezvous
 ==========================  =========================================================================
 
 Launchers build the variables with :func:`replica_variables` / :func:`worker_variables`; replicas read them once
@@ -33,7 +34,8 @@ TIMEOUT = "ALLGPU_TIMEOUT"
 CLUSTER_SOURCE = "ALLGPU_CLUSTER_SOURCE"
 FRESH_STORE = "ALLGPU_FRESH_STORE"
 WAIT_REPORT_S = "ALLGPU_WAIT_REPORT_S"
-ALL = (DEVICES, DEVICE_KIND, ERROR_DIR, TIMEOUT, CLUSTER_SOURCE, FRESH_STORE)
+JOB_ID = "ALLGPU_JOB_ID"
+ALL = (DEVICES, DEVICE_KIND, ERROR_DIR, TIMEOUT, CLUSTER_SOURCE, FRESH_STORE, JOB_ID)
 
 # Collective timeout in seconds when neither the strategy nor a launcher gives one (torch.distributed's default).
 DEFAULT_TIMEOUT_S = 1800.0
@@ -51,6 +53,7 @@ class LaunchEnv:
         cluster_source: ``"allgpu"``, ``"TF_CONFIG"`` or None (torchrun or none).
         fresh_store: use a fresh rendezvous store per restart attempt.
         wait_report_s: seconds between reports while a rendezvous waits for peers, or None for the default.
+        job_id: the id of the job allgpu started (launch-free on one machine, ``allgpu.launch``), or None.
     """
 
     devices: tuple[str, ...] | None = None
@@ -60,6 +63,7 @@ class LaunchEnv:
     cluster_source: str | None = None
     fresh_store: bool = False
     wait_report_s: float | None = None
+    job_id: str | None = None
 
 
 def read(env: Mapping[str, str] | None = None) -> LaunchEnv:
@@ -74,6 +78,7 @@ def read(env: Mapping[str, str] | None = None) -> LaunchEnv:
         cluster_source=env.get(CLUSTER_SOURCE) or None,
         fresh_store=env.get(FRESH_STORE) == "1",
         wait_report_s=_positive_float(env.get(WAIT_REPORT_S)),
+        job_id=env.get(JOB_ID) or None,
     )
 
 
@@ -95,13 +100,15 @@ def resolve_timeout(argument: float | None, launched: LaunchEnv | None = None) -
 
 def replica_variables(local_rank: int, devices: Sequence[str], port: int, error_dir: str, timeout_s: float | None,
                       *, rank_offset: int = 0, world_size: int | None = None,
-                      master_addr: str = "127.0.0.1", launcher_store: bool = False) -> dict[str, str]:
+                      master_addr: str = "127.0.0.1", launcher_store: bool = False,
+                      job_id: str | None = None) -> dict[str, str]:
     """The variables that make a process local replica ``local_rank`` of a job over ``devices`` (names).
 
     On one machine the global rank is the local rank; a multi-worker job passes this worker's ``rank_offset``
     (first global rank), the job's ``world_size`` and worker 0's ``master_addr``. ``launcher_store``: the
     launcher itself hosts the rendezvous store at ``master_addr:port`` (``allgpu.launch``), so every replica,
     rank 0 included, connects to it as a client: PyTorch's ``TORCHELASTIC_USE_AGENT_STORE=True``, torchrun's way.
+    ``job_id``: the job's id, checked at the rendezvous (:mod:`allgpu.runtime.job_identity`).
     """
     local_world = len(devices)
     variables = {
@@ -121,6 +128,8 @@ def replica_variables(local_rank: int, devices: Sequence[str], port: int, error_
         variables[TIMEOUT] = str(timeout_s)
     if launcher_store:
         variables["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+    if job_id:
+        variables[JOB_ID] = job_id
     return variables
 
 

@@ -10,21 +10,24 @@ import os
 import pickle
 import sys
 import tempfile
+import uuid
 from typing import Any, Callable, Sequence
 
 from allgpu.devices import resolve_replica_devices
 from allgpu.errors import ReplicaFailedError, StrategyStartError
 from allgpu.runtime import env as launch_env
+from allgpu.runtime import job_identity
+from allgpu.runtime.cluster import ClusterSpec
 from allgpu.runtime.engines import discover, launcher
 from allgpu.runtime.replicas import held_store
 from allgpu.runtime.threads import threads_per_replica
 
 
-def _replica_main(rank, fn, devices, port, error_dir, timeout_s, args, kwargs, results, forked):
+def _replica_main(rank, fn, devices, port, job_id, error_dir, timeout_s, args, kwargs, results, forked):
     import torch
 
     os.environ.update(launch_env.replica_variables(rank, [str(d) for d in devices], port, error_dir, timeout_s,
-                                                   launcher_store=True))
+                                                   launcher_store=True, job_id=job_id))
     if forked:
         # OpenMP is not fork-safe: a forked child's first parallel region can hang. One intra-op thread, as
         # DataLoader workers use, avoids it; start_method="spawn" gives each replica its own pool.
@@ -108,10 +111,10 @@ def launch(
     # This process hosts the rendezvous store on a port the OS picks and that stays bound until the replicas are
     # done (torchrun's agent store): no other program or parallel job can take the port between its choice and the
     # replicas' init_process_group, as with a port found free, released and bound again by replica 0.
-    store = held_store("127.0.0.1", launch_env.resolve_timeout(timeout, launch_env.LaunchEnv()))
+    store, job_id = _job_store(len(device_list), timeout)
     context = mp.start_processes(
         _replica_main,
-        args=(fn, device_list, store.port, error_dir, timeout, tuple(args), dict(kwargs or {}), results,
+        args=(fn, device_list, store.port, job_id, error_dir, timeout, tuple(args), dict(kwargs or {}), results,
               start_method == "fork"),
         nprocs=len(device_list),
         join=False,
@@ -141,6 +144,16 @@ def launch(
         del store  # the server closes with its last reference: the port is free again
     _drain(results, values)
     return values
+
+
+def _job_store(replicas: int, timeout: float | None):
+    """The job's store, hosted by this process on a port it keeps bound, and the job's id, which the store holds
+    for every replica to check at the rendezvous (:mod:`allgpu.runtime.job_identity`)."""
+    store = held_store("127.0.0.1", launch_env.resolve_timeout(timeout, launch_env.LaunchEnv()))
+    job_id = uuid.uuid4().hex[:12]
+    spec = ClusterSpec(0, replicas, 0, replicas, "127.0.0.1", store.port, "allgpu", f"allgpu job {job_id}")
+    store.set(job_identity.KEY, job_identity.identity(spec))
+    return store, job_id
 
 
 def _drain(results, values: list) -> None:

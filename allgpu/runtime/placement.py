@@ -209,7 +209,7 @@ def _start(name: str, devices: list[Device], timeout_s: float, backend: str | No
                                   master_addr=first.master_addr, master_port=first.master_port or None)
         replicas.start()
         spec = ClusterSpec(first.rank, first.world_size, 0, len(devices), first.master_addr, replicas.port,
-                           first.source)
+                           first.source, f"allgpu job {replicas.job_id}" if replicas.job_id else None)
         placement = _joined(spec, devices[0].torch_device(), timeout_s, backend,
                             init_method=f"tcp://{spec.master_addr}:{spec.master_port}")
         replicas.joined()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import contextlib
 from datetime import timedelta
 
@@ -10,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from allgpu.errors import ClusterConfigError
+from allgpu.runtime import job_identity
 from allgpu.runtime.cluster import ClusterSpec
 from allgpu.runtime.engines.slurm_tasks import ended_task_watch
 from allgpu.runtime.gloo_drain import wait_for_gloo_workers
@@ -43,6 +45,7 @@ def init_process_group(spec: ClusterSpec, device: torch.device, timeout_s: float
     watch = ended_task_watch(spec.rank, spec.world_size) if spec.source == "Slurm" else contextlib.nullcontext()
     with reporting_wait(spec, timeout_s), watch:  # every 30 s: whom it waits for; under Slurm, a task gone
         try:
+            store = _meet(spec, timeout_s)  # noqa: F841  (replica 0: the store it hosts lives until the group has it)
             dist.init_process_group(backend, init_method=init_method, timeout=timedelta(seconds=timeout_s), **kwargs)
         except dist.DistNetworkError as exc:
             if "EADDRINUSE" not in str(exc):
@@ -54,6 +57,18 @@ def init_process_group(spec: ClusterSpec, device: torch.device, timeout_s: float
                 "free port, or under Slurm drop the MASTER_PORT export (allgpu derives one per job step)."
             ) from exc
     return True
+
+
+def _meet(spec: ClusterSpec, timeout_s: float):
+    """Before joining: replica 0 hosts the store and says which job it is; any other replica checks that the store
+    it reaches is its own job's (:mod:`allgpu.runtime.job_identity`). Returns the store replica 0 hosts, or None."""
+    if not job_identity.checked(spec):
+        return None
+    launcher_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # allgpu.launch's store
+    if spec.rank == 0 and not launcher_hosts:
+        return job_identity.host(spec, timeout_s)
+    job_identity.check(spec, timeout_s)
+    return None
 
 
 _SOLO: list = []  # [the default group this process made for one-replica strategies, how many placed on it]

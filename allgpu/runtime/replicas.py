@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 import traceback
+import uuid
 from pathlib import Path
 from typing import Sequence
 
@@ -191,6 +192,8 @@ class ScriptReplicas:
         # multi-worker job is told the chief's address and port.
         self._store = held_store(master_addr, timeout_s) if master_port is None and rank_offset == 0 else None
         self.port = master_port or (self._store.port if self._store is not None else free_port())
+        # A job on this machine alone names itself; its rendezvous refuses a replica of another (a stale one).
+        self.job_id = uuid.uuid4().hex[:12] if self._store is not None else None
         self.error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
         self.timeout_s = timeout_s
         self.failure: ReplicaFailedError | None = None
@@ -208,7 +211,8 @@ class ScriptReplicas:
         whole_lines()  # replica 0 shares its stdout with the replicas it starts
         for rank in range(1, len(self.devices)):
             env = {**os.environ, **launch_env.replica_variables(
-                rank, [str(d) for d in self.devices], self.port, self.error_dir, self.timeout_s, **self.placement)}
+                rank, [str(d) for d in self.devices], self.port, self.error_dir, self.timeout_s, **self.placement,
+                job_id=self.job_id)}
             self._procs[rank] = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent)
         self._sigint = SigintWatch()
         previous = sys.excepthook

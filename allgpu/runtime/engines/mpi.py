@@ -78,5 +78,6 @@ def detect(env: Mapping[str, str] | None = None) -> Cluster | None:
                 f"host> -x MASTER_PORT=29500 ...` (Open MPI) or `-genv MASTER_ADDR <host>` (MPICH, Intel MPI).")
         addr = "127.0.0.1"
     port = _port(env)
-    spec = ClusterSpec(rank, world, local, local_world, addr, port, "mpirun")
+    job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE")
+    spec = ClusterSpec(rank, world, local, local_world, addr, port, "mpirun", f"{launcher} job {job}" if job else None)
     return Cluster(f"mpirun ({launcher})", (rank_key, size_key), world, rank, addr, port, spec)

@@ -105,7 +105,8 @@ def detect(env: Mapping[str, str] | None = None) -> Cluster | None:
     port = int(env["MASTER_PORT"]) if env.get("MASTER_PORT", "").isdigit() else \
         rendezvous_port(_int(env, "SLURM_JOB_ID"), _int(env, "SLURM_STEP_ID"))
     addr = env.get("MASTER_ADDR") or hosts[0]
-    spec = ClusterSpec(rank, world, local, local_world, addr, port, "Slurm")
+    spec = ClusterSpec(rank, world, local, local_world, addr, port, "Slurm",
+                       f"Slurm job {env['SLURM_JOB_ID']} step {env['SLURM_STEP_ID']}")
     return Cluster("Slurm", ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS"), world, rank, addr, port, spec, tuple(hosts))
 
 

@@ -6,7 +6,9 @@ counters ``rounds`` / ``collectives`` / ``wait_s``. Here ``enabled`` maps to
 ``FSDPModule.set_requires_gradient_sync`` (FSDP2 then accumulates unsharded gradients locally, as DDP's
 ``no_sync``), ``divisor`` to ``FSDPModule.set_gradient_divide_factor``, and the counters are kept by the
 reduce-scatter and all-gather callables installed with ``set_custom_reduce_scatter`` / ``set_custom_all_gather``,
-which also enter each collective in the hang ledger.
+which also enter each collective in the hang ledger. A script's own ``model.set_requires_gradient_sync(False)``
+(FSDP2's ``no_sync``) is left as it set it; DDP's ``model.require_backward_grad_sync = False`` (nanoGPT's form,
+kept by a script ported from DDP) is read at each forward of the sharded root and applied the same way.
 
 On Gloo, ``set_force_sum_reduction_for_comms(True)`` is set: FSDP2 otherwise asks for ``ReduceOp.AVG`` or
 NCCL's ``PREMUL_SUM`` (a custom divide factor), which Gloo lacks. FSDP2 would then reduce-scatter a SUM and divide
@@ -108,7 +110,19 @@ class ShardedGradientSync:
                     module.set_force_sum_reduction_for_comms(True)
                 module.set_custom_reduce_scatter(reduce_scatter)
                 module.set_custom_all_gather(all_gather)
-        self._apply()
+        root.register_forward_pre_hook(self._read_flag, prepend=True)
+        self._apply(sync=True)
+
+    def _read_flag(self, root: nn.Module, args) -> None:
+        """DDP's ``require_backward_grad_sync`` on the root, once a script has set it: False holds this forward's
+        backward to local accumulation (no reduce-scatter), as under ``no_sync``; True lets it reduce (unless
+        ``no_sync``/``accumulate`` holds it). Never set: FSDP2's own switch stays as the script left it."""
+        flag = root.__dict__.get("require_backward_grad_sync")
+        if flag is None:
+            return
+        for module in root.modules():
+            if isinstance(module, FSDPModule) and module in self._modules:
+                module.set_requires_gradient_sync(self._enabled and bool(flag), recurse=False)
 
     def add(self, params) -> None:
         """Accepted for GradientSync compatibility; sharded parameters are reduced by FSDP2 itself."""
@@ -120,7 +134,7 @@ class ShardedGradientSync:
     @enabled.setter
     def enabled(self, value: bool) -> None:
         self._enabled = bool(value)
-        self._apply()
+        self._apply(sync=True)
 
     @property
     def divisor(self) -> float:
@@ -142,14 +156,17 @@ class ShardedGradientSync:
             self._weight = float(value)
             self._apply()
 
-    def _apply(self) -> None:
+    def _apply(self, *, sync: bool = False) -> None:
         # With a SUM forced (Gloo), FSDP2 divides each replica's reduced shard by that replica's own factor
         # afterwards, wrong when the divisors differ (an uneven last batch); so divide each input before the SUM.
+        # ``sync``: also set FSDP2's gradient-sync switch (only when no_sync/accumulate changed it: a script's own
+        # set_requires_gradient_sync(False) survives a divisor or weight change).
         divisor = self._divisor / self._weight if self._weight else float("inf")
         factor = 1.0 if self._gloo else divisor
         self._premultiply = 1.0 / divisor if self._gloo else 1.0
         for module in list(self._modules):
-            module.set_requires_gradient_sync(self._enabled, recurse=False)
+            if sync:
+                module.set_requires_gradient_sync(self._enabled, recurse=False)
             module.set_gradient_divide_factor(factor)
 
     def _entered(self, op: str, tensor: torch.Tensor) -> None:
