@@ -25,6 +25,7 @@ import ast
 from allgpu.lint import torch_train
 from allgpu.lint.project import Importer
 from allgpu.lint.resolve import dotted
+from allgpu.lint.set_epoch import _SELF_SETTING
 
 _WRAPS = ("enumerate", "tqdm", "iter", "zip", "trange", "islice")
 _DIST_WORDS = ("DistributedDataParallel", "torch.distributed", "init_process_group", "use_ddp", "is_distributed",
@@ -51,8 +52,8 @@ def caller_built_loaders(mod) -> list[tuple[ast.AST, str, str]]:
             where = None
             if isinstance(it, ast.Name):
                 where = _from_caller(mod, outer, it.id)
-            elif isinstance(it, ast.Attribute) and distributed and not mod.assigns.get(dotted(it)) and \
-                    _handed_in(mod, it.value):
+            elif isinstance(it, ast.Attribute) and distributed and (_relayed(mod, it) or not mod.assigns.get(
+                    dotted(it)) and _handed_in(mod, it.value)):
                 where = _from_builder(mod, name)
             if where:
                 out.append((inner, dotted(it), where))
@@ -78,14 +79,48 @@ def _handed_in(mod, base: ast.expr) -> bool:
                    for v in values)
 
 
+def _relayed(mod, it: ast.Attribute) -> bool:
+    """``self.train_loader`` is only ever assigned the same-named attribute of another object
+    (``self.train_loader = self.task_loader.train_loader``, Pythia's trainer): the loader is built elsewhere."""
+    values = mod.assigns.get(dotted(it)) or []
+    return bool(values) and all(isinstance(v, ast.Attribute) and v.attr == it.attr for v in values)
+
+
+def _kwargs_samplers(fm, loader: ast.Call) -> list[ast.expr]:
+    """What ``DataLoader(ds, **extra)`` gets as ``sampler`` through the dict ``extra``: ``extra["sampler"] = ...``
+    in the same function, or in a local function that the same function hands ``extra`` to
+    (``self._add_extra_args(task, extra)`` setting ``other_args["sampler"]``, Pythia's task loader)."""
+    star = next((k.value for k in loader.keywords if k.arg is None and isinstance(k.value, ast.Name)), None)
+    fn = fm.enclosing_function(loader)
+    if star is None or fn is None:
+        return []
+    owners = {(id(fn), star.id)}
+    for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
+        pos = next((i for i, a in enumerate(call.args) if isinstance(a, ast.Name) and a.id == star.id), None)
+        for callee in (fm.local_functions(call.func) if pos is not None else [])[:1]:
+            params = [a.arg for a in callee.args.args]
+            shift = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
+            if pos + shift < len(params):
+                owners.add((id(callee), params[pos + shift]))
+    out = []
+    for target, value in fm.subscript_assigns:
+        key = target.slice
+        if isinstance(target.value, ast.Name) and isinstance(key, ast.Constant) and key.value == "sampler":
+            where = fm.enclosing_function(target)
+            if where is not None and (id(where), target.value.id) in owners:
+                out.append(value)
+    return out
+
+
 def _distributed_loader(fm, value: ast.expr) -> ast.Call | None:
-    """``value`` (in module ``fm``) is a loader built with ``sampler=`` a shuffling training DistributedSampler:
-    that sampler's call."""
+    """``value`` (in module ``fm``) is a loader built with ``sampler=`` a shuffling training DistributedSampler
+    (given directly, or through a ``**kwargs`` dict): that sampler's call."""
     for v in ([value] if isinstance(value, ast.Call) else fm.values_of(value)[:4]):
         if not (isinstance(v, ast.Call) and "Loader" in (dotted(v.func) or "")):
             continue
         sampler = next((k.value for k in v.keywords if k.arg == "sampler"), None)
-        for s in ([sampler] if isinstance(sampler, ast.Call) else fm.values_of(sampler)[:4]):
+        given = [sampler] if isinstance(sampler, ast.Call) else fm.values_of(sampler)[:4]
+        for s in given if sampler is not None else _kwargs_samplers(fm, v):
             if isinstance(s, ast.Call) and (fm.qualname(s.func) or dotted(s.func) or "").endswith("DistributedSampler"):
                 shuffle = next((k.value for k in s.keywords if k.arg == "shuffle"), None)
                 if not (isinstance(shuffle, ast.Constant) and shuffle.value is False) and \
@@ -194,8 +229,54 @@ def _base_loader_uses(owner, cls: ast.ClassDef, method: str, depth: int, importe
     return None
 
 
+def iterated_elsewhere(mod) -> list[tuple[ast.Call, str]]:
+    """``(sampler call, where)``, from the builder's side: this module assigns an attribute with a training
+    loader's name (``self.train_loader``) a loader built on a shuffling training DistributedSampler, runs no epochs
+    and calls no ``set_epoch``; a module of the project that names this module's class (or this module) loops over
+    an attribute of that name epoch after epoch and gives no sampler its epoch (Pythia's ``TaskLoader`` and
+    trainer, a0700/a0701)."""
+    if mod.importer is None or "set_epoch" in mod.attrs or torch_train.has_epoch_loop(mod) or \
+            any(mod.is_imported(lib) for lib in _SELF_SETTING):
+        return []
+    out = []
+    for target, values in mod.assigns.items():
+        name = target.rsplit(".", 1)[-1]
+        if "." not in target or not _training_loader_name(name):
+            continue
+        for v in values:
+            s = None if mod.is_foreign(v) else _distributed_loader(mod, v)
+            if s is None or mod.is_foreign(s):
+                continue
+            cls = next((a for a in mod.ancestors(v) if isinstance(a, ast.ClassDef)), None)
+            path = getattr(mod, "path", None)
+            keys = {cls.name} if cls is not None else {path.stem} if path is not None else set()
+            where = _epoch_user(mod, name, keys) if keys else None
+            if where:
+                out.append((s, where))
+    return out
+
+
+def _epoch_user(mod, name: str, keys: set[str]) -> str | None:
+    for fm in mod.importer.near({name}):
+        if "set_epoch" in fm.attrs or not any(k in fm.source for k in keys) or \
+                any(fm.is_imported(lib) for lib in _SELF_SETTING):
+            continue
+        for outer in fm.loops:
+            if not torch_train.epoch_loop(outer):
+                continue
+            for inner in ast.walk(outer):
+                if inner is not outer and isinstance(inner, (ast.For, ast.AsyncFor)) and \
+                        (dotted(_unwrap(inner.iter)) or "").rsplit(".", 1)[-1] == name:
+                    return _where(fm, inner)
+    return None
+
+
 def report_across_modules(ctx) -> None:
     """PT004's findings from the flows above, in ``ctx``'s file."""
+    for call, where in iterated_elsewhere(ctx.mod):
+        ctx.emit("PT004", call, f"this DistributedSampler's loader is looped over epoch after epoch in {where}, and "
+                                "nothing gives it set_epoch(epoch): every epoch shuffles the same way; keep the "
+                                "sampler and set its epoch at the start of each epoch")
     for loop, expr, where in caller_built_loaders(ctx.mod):
         ctx.emit("PT004", loop, f"`{expr}` is built with a DistributedSampler in {where}, and nothing gives it "
                                 "set_epoch(epoch): every epoch shuffles the same way; set it at the start of each epoch")

@@ -328,7 +328,7 @@ def check_pt008(ctx) -> None:
     if any(_SYNC_BN.search(n) for n in mod.attrs.keys() | mod.name_ids):
         return  # SyncBatchNorm, apex's convert_syncbn_model, an opt-in --sync-bn flag
     if not ctx.torch.wrapped:
-        return bn_engines.prepared_bn_models(ctx) if mod.is_imported("accelerate") else None
+        return bn_engines.engine_bn_models(ctx)  # models Accelerate or Lightning wrap in DDP
     for call, qn in mod.calls:
         if qn in ("torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"):
             ctx.emit("PT008", call, "BatchNorm in a DDP model without SyncBatchNorm: statistics come from each GPU's own batch")

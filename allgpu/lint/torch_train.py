@@ -243,8 +243,12 @@ def names_epoch(node: ast.AST) -> bool:
 
 
 def epoch_loop(loop: ast.AST) -> bool:
-    """A ``for``/``while`` loop whose head names an epoch (``for epoch in range(n)``)."""
-    return names_epoch(loop.test if isinstance(loop, ast.While) else ast.Tuple(elts=[loop.target, loop.iter]))
+    """A ``for``/``while`` loop whose head names an epoch (``for epoch in range(n)``), or whose body counts one
+    (``while it < max_iters: self.current_epoch += 1``, Pythia's trainer)."""
+    if names_epoch(loop.test if isinstance(loop, ast.While) else ast.Tuple(elts=[loop.target, loop.iter])):
+        return True
+    return any(isinstance(s, ast.AugAssign) and isinstance(s.op, ast.Add) and names_epoch(s.target)
+               for s in getattr(loop, "body", ()))
 
 
 def has_epoch_loop(mod) -> bool:

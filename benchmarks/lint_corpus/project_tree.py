@@ -24,8 +24,9 @@ import warnings
 from pathlib import PurePosixPath
 
 DEPTH = 4  # as deep as the linter reads: imports, a package's re-export, the module it names, a package's submodules
-LAYOUT = 2  # 2: with the files beside the folder that name SIBLING_WORD (allgpu/lint/project.py Importer.near)
-SIBLING_WORD = b"DistributedSampler"
+LAYOUT = 3  # 2: with the files beside the folder that name SIBLING_WORD (allgpu/lint/project.py Importer.near);
+# 3: also those naming a training loader (``train_loader``: a trainer looping over the loader this file builds)
+SIBLING_WORD = re.compile(rb"DistributedSampler|train\w*loader", re.I)
 MAX_PER_FOLDER = 64  # as allgpu/lint/project.py reads at most 64 files a folder, 64 folders
 PARENTS = 2  # absolute imports: the importing file's folder and its two parents, as allgpu/lint/project.py
 _IMPORT_RE = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+import\s+\(?([\w\s,]+)|import\s+([\w., ]+))", re.M)
@@ -146,7 +147,8 @@ def project_files(git_dir, commit: str, path: str, text: bytes) -> dict[str, byt
 def beside(git_dir, commit: str, path: str, present: set[str]) -> dict[str, bytes]:
     """The ``.py`` files of the folders beside ``path``'s folder (the other subfolders of its parent: ``libs/egs``
     for ``libs/training/trainer.py``) whose text names ``SIBLING_WORD``: where ``Importer.near`` looks for the
-    module that builds a trainer's loader. Bounded as the linter: 64 folders, 64 files each, sorted by name."""
+    module that builds a trainer's loader, and the trainer looping over a loader that a data module here builds
+    (PT004 both ways). Bounded as the linter: 64 folders, 64 files each, sorted by name."""
     here = PurePosixPath(path).parent
     if here == PurePosixPath("."):
         return {}
@@ -156,4 +158,4 @@ def beside(git_dir, commit: str, path: str, present: set[str]) -> dict[str, byte
         if folder.parent == here.parent and folder != here and folder != here.parent and not folder.name.startswith("."):
             by_folder.setdefault(folder, []).append(p)
     wanted = [p for f in sorted(by_folder)[:MAX_PER_FOLDER] for p in sorted(by_folder[f])[:MAX_PER_FOLDER]]
-    return {p: b for p, b in blobs(git_dir, commit, wanted).items() if SIBLING_WORD in b}
+    return {p: b for p, b in blobs(git_dir, commit, wanted).items() if SIBLING_WORD.search(b)}
