@@ -33,6 +33,7 @@ from allgpu.core.scope_record import mirror_when_built
 from allgpu.errors import InputError, UnsupportedError
 from allgpu.keras.callbacks import chief_prints, coordinated, wrap_callbacks
 from allgpu.keras.metrics import local_reads, read_reduced
+from allgpu.keras.randomness import StepRandom
 from allgpu.keras.tf_data import is_tf_dataset
 from allgpu.keras.shard import ShardedInput, check_same_data, leading_size, make_input
 
@@ -67,6 +68,7 @@ class KerasReplica:
         self._in_step = False
         self._batch_logs = True  # whether per-batch logs are shown or read (then each step's metrics are reduced)
         self._state_vars: list = []
+        self._random = StepRandom(self.rank, self.world, strategy.device)  # unseeded draws in steps: per replica
         self._decorrelated: set[int] = set()
         self._save, self._save_weights = cls.save, cls.save_weights
         self._fitting = False  # inside fit, allgpu's wrapped saving callbacks coordinate their own writes
@@ -148,7 +150,7 @@ class KerasReplica:
             sync.divisor = float("inf") if padded else source.global_size / leading_size(batch)
         self._in_step = True
         try:
-            with self.strategy._in_replica_context():  # get_replica_context() in train_step, as under TF's run
+            with self.strategy._in_replica_context(), self._random:  # get_replica_context() in train_step
                 logs = self.model.train_step(batch)
         finally:
             sync.divisor, self._in_step = saved, False
@@ -163,7 +165,7 @@ class KerasReplica:
             self._discarded = [v.value.detach().clone() for v in self._metric_variables()]
         self._in_step = True
         try:
-            with torch.no_grad(), self.strategy._in_replica_context():
+            with torch.no_grad(), self.strategy._in_replica_context(), self._random:
                 return self.model.test_step(data[0])
         finally:
             self._in_step = False
