@@ -144,3 +144,26 @@ def test_require_backward_grad_sync_false_skips_the_all_reduce_as_under_ddp():
         r0, r1 = allgpu.launch(_require_backward_grad_sync_is_no_sync, num_replicas=2, args=(built_in_scope,))
         assert r0[0] == [[1.0, 1.0]] and r1[0] == [[2.0, 2.0]] and r0[1] == 0, (built_in_scope, r0, r1)
         assert r0[2] == r1[2] == [[3.0, 3.0]] and r0[3] == 1  # (2 + 4) / 2: the local sums, then averaged
+
+
+def _model_no_sync(compiled: bool):
+    # DDP's `with model.no_sync():` kept by a script ported from DDP (`model = strategy.mirror(model)` for
+    # `DDP(model)`), as timm does when `hasattr(model, "no_sync")`. Before: AttributeError ('Linear' object has no
+    # attribute 'no_sync'), or, behind timm's hasattr, an all-reduce for every micro-batch.
+    strategy = allgpu.MirroredStrategy()
+    layer = strategy.mirror(torch.nn.Linear(2, 1, bias=False))
+    model = torch.compile(layer, backend="eager") if compiled else layer
+    x = torch.full((1, 2), float(strategy.replica_id_in_sync + 1))
+    with model.no_sync():
+        model(x).sum().backward()
+    local, rounds = layer.weight.grad.clone(), strategy.gradient_sync.rounds
+    model(x).sum().backward()
+    return local.tolist(), rounds, layer.weight.grad.tolist(), strategy.gradient_sync.rounds
+
+
+@pytest.mark.timeout(120)
+def test_model_no_sync_of_a_mirrored_model_is_ddps():
+    for compiled in (False, True):
+        r0, r1 = allgpu.launch(_model_no_sync, num_replicas=2, args=(compiled,))
+        assert r0[0] == [[1.0, 1.0]] and r1[0] == [[2.0, 2.0]] and r0[1] == 0, (compiled, r0, r1)
+        assert r0[2] == r1[2] == [[3.0, 3.0]] and r0[3] == 1

@@ -9,8 +9,9 @@ and a stream holding them would not load with ``weights_only=True`` (torch's def
 
 :func:`pickle_plain` gives such a module an instance ``__getstate__`` (pickle and ``copy`` look it up on the
 instance, before ``nn.Module``'s): its class's state without allgpu's hook entries, without ``_allgpu_*``
-attributes and without itself, so the file is what torch saves for the module never mirrored, and a deep copy is
-a plain, unmirrored module (mirror it with ``strategy.mirror`` to train it). The live module keeps its hooks.
+attributes and the ``no_sync`` a mirrored root is given, and without itself, so the file is what torch saves for
+the module never mirrored, and a deep copy is a plain, unmirrored module (mirror it with ``strategy.mirror`` to
+train it). The live module keeps its hooks.
 The reason and the scope are in ``docs/architecture.md``.
 """
 
@@ -47,8 +48,9 @@ class _PlainState:
         ours = {key for value in state.values() if _is_hook_dict(value)
                 for key, hook in value.items() if _is_ours(hook)}
         for name, value in list(state.items()):
-            if name.startswith("_allgpu_"):
-                del state[name]
+            if name.startswith("_allgpu_") or (callable(value) and not isinstance(value, nn.Module)
+                                               and _is_ours(value)):
+                del state[name]  # allgpu's attributes; model.no_sync, the strategy's
             elif ours and _is_hook_dict(value) and ours & value.keys():
                 state[name] = OrderedDict((k, v) for k, v in value.items() if k not in ours)
         return state

@@ -135,6 +135,9 @@ class ScopeVariables:
         watch_flag = getattr(self._sync, "watch_flag", None)  # DDP's require_backward_grad_sync (GradientSync only)
         if watch_flag is not None:
             watch_flag([r for r in roots if not keras_support.is_keras_model(r)])
+            for root in roots:  # DDP's `with model.no_sync():`, kept by a ported script (timm tests hasattr first)
+                if not keras_support.is_keras_model(root) and not hasattr(root, "no_sync"):
+                    root.__dict__["no_sync"] = self.no_sync  # dropped when pickled (allgpu.core.plain_pickle)
         for root in roots:
             if not keras_support.is_keras_model(root):
                 watch_assign(root, keep=lambda p: id(p) in self._mirrored_ids, adopt=lambda new: None)
