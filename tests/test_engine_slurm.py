@@ -7,6 +7,7 @@ resumes exactly; a task killed with SIGKILL ends the step, named, within 30 s.""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -169,16 +170,26 @@ def test_srun_one_allgpu_run_launcher_per_node_keeps_working(slurm, srun_params,
         torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-6)
 
 
+# Tasks 0 and 1 as one node, task 2 as another: SLURM_GTIDS (the tasks slurmstepd started on the node) is what
+# tells a task its node's others, so task 2 cannot see task 1 and learns of it through the job's store.
+NODE_SPLIT = ('if [ "$SLURM_PROCID" = 2 ]; then export SLURM_GTIDS=2 SLURMD_NODENAME=other; '
+              'else export SLURM_GTIDS=0,1; fi; exec python train.py')
+
+
 def test_a_task_that_fails_before_the_rendezvous_ends_the_others_naming_it(slurm, tmp_path):
     # The page's train.py with an error on task 1 before the strategy (a file missing on one node): srun's default
-    # keeps task 0 running, which waited at the rendezvous until the timeout (1800 s); now it ends, naming task 1.
+    # keeps the other tasks running, which waited at the rendezvous until the timeout (1800 s); now its node's
+    # tasks see it gone (scontrol listpids) and post it in the job's store for the other nodes' tasks.
     d = _job_dir(tmp_path, "early", "import os\nif os.environ['SLURM_PROCID'] == '1':\n"
                  "    raise FileNotFoundError('data/train.bin')\n" + TRAIN)
-    step = subprocess.run(["srun", "-n", "2", "python", "train.py"], cwd=d, env={**job_env(), **slurm.env,
+    step = subprocess.run(["srun", "-n", "3", "bash", "-c", NODE_SPLIT], cwd=d, env={**job_env(), **slurm.env,
                           "PATH": job_env()["PATH"]}, capture_output=True, text=True, timeout=150)
     out = step.stdout + step.stderr
     assert step.returncode != 0, out[-3000:]
-    assert "ReplicaFailedError: task 1 of Slurm step" in out and f"on {slurm.host} ended before joining" in out, \
-        out[-3000:]
-    assert "task 0 stops instead of waiting" in out, out[-3000:]
+    assert "FileNotFoundError: data/train.bin" in out, out[-3000:]
+    for task, words in ((0, f"on {slurm.host} ended before joining the job ("),
+                        (2, f"on {slurm.host} ended before joining the job, seen by its node's other tasks")):
+        assert re.search(rf"ReplicaFailedError: task 1 of Slurm step \d+\.0 {re.escape(words)}.*task {task} stops "
+                         "instead of waiting", out), out[-3000:]
+    assert "DistNetworkError" not in out, out[-3000:]  # no bare backend error when replica 0's store goes
     assert not (d / "model.pt").exists()

@@ -9,18 +9,23 @@ every task of the node before any of them runs, so a task id of this node missin
 is alive has ended: during the rendezvous, before it joined the job.
 
 No false alarm: when ``scontrol`` is missing, fails, or does not list this task itself (a proctrack plugin that
-cannot list), nothing is concluded. A task on another node is not seen (see docs/not_done.md).
+cannot list), nothing is concluded. A task on another node is not seen this way; the tasks that saw it post it in
+the job's store, where the other nodes' tasks read it (when the store is up: not when replica 0 is what ended, and
+not when every task of a node ended, as nobody is left there to see it; docs/not_done.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
+from datetime import timedelta
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -86,14 +91,17 @@ def _leave_mark(env: Mapping[str, str], named: list[int]) -> None:
         pass
 
 
-def ended_message(ended: list[int], rank: int, world_size: int, env: Mapping[str, str] | None = None) -> str:
-    """The error text for task ``rank`` of ``world_size`` that found ``ended`` gone before the rendezvous."""
+def ended_message(ended: list[int], rank: int, world_size: int, env: Mapping[str, str] | None = None,
+                  node: str | None = None) -> str:
+    """The error text for task ``rank`` of ``world_size`` that found ``ended`` gone before the rendezvous (on
+    ``node``, default this one)."""
     env = os.environ if env is None else env
-    node = env.get("SLURMD_NODENAME") or "this node"
+    seen = ", seen by its node's other tasks" if node else ""
+    node = node or env.get("SLURMD_NODENAME") or "this node"
     step = f"{env.get('SLURM_JOB_ID', '?')}.{env.get('SLURM_STEP_ID', '?')}"
     names = ", ".join(f"task {t}" for t in ended)
-    return (f"{names} of Slurm step {step} on {node} ended before joining the job (srun prints `{node}: task "
-            f"{ended[0]}: Exited ...` and that task's error above), so the job of {world_size} replicas can never "
+    return (f"{names} of Slurm step {step} on {node} ended before joining the job{seen} (srun prints `{node}: "
+            f"task {ended[0]}: Exited ...` and that task's error), so the job of {world_size} replicas can never "
             f"form; task {rank} stops instead of waiting at the rendezvous until the timeout. Fix: that task's "
             "error; `srun --kill-on-bad-exit=1` also ends a step at its first failed task.")
 
@@ -101,30 +109,108 @@ def ended_message(ended: list[int], rank: int, world_size: int, env: Mapping[str
 POLL_S = 1.0  # seconds between looks at the step's tasks while the rendezvous waits
 
 
+class _StepMark:
+    """The job's rendezvous store as a notice board for tasks on other nodes: a task that found a task of its node
+    ended posts it there; every task waiting at the rendezvous reads it. Reached once replica 0 hosts the store
+    (never when replica 0 itself is what ended). Connections wait for the store as ``init_process_group``'s own
+    client does (quietly; a short connect timeout would log a C++ error at each try)."""
+
+    def __init__(self, env: Mapping[str, str], addr: str, port: int):
+        self.key = f"allgpu/slurm/{env.get('SLURM_JOB_ID', '')}.{env.get('SLURM_STEP_ID', '')}/ended"
+        self.addr, self.port, self._store = addr, port, None
+
+    def connect(self, timeout_s: float):
+        """A client of the job's store, waiting up to ``timeout_s`` for it; None if it never came."""
+        from torch.distributed import TCPStore
+
+        try:
+            return TCPStore(self.addr, self.port, is_master=False, timeout=timedelta(seconds=timeout_s))
+        except Exception:  # never came up within the timeout, or gone
+            return None
+
+    def watch(self, timeout_s: float, done: threading.Event, found) -> None:
+        """Reader thread: once the store is up, look every ``POLL_S`` seconds for a post; ``found(tasks, node)``."""
+        self._store = self.connect(timeout_s)
+        while self._store is not None and not done.wait(POLL_S):
+            try:
+                if self._store.check([self.key]):
+                    value = json.loads(self._store.get(self.key))
+                    found([int(t) for t in value["tasks"]], str(value["node"]))
+            except Exception:  # a store that went away, a value not ours: nothing concluded
+                return
+
+    def post(self, ended: list[int], node: str) -> None:
+        """Post ``ended`` (tasks of ``node``). Replica 0 may not host the store yet: wait up to ``LINGER_S`` for it,
+        unless replica 0 is among ``ended`` (then no store will come)."""
+        if self._store is None and 0 not in ended:
+            self._store = self.connect(LINGER_S)
+        try:
+            if self._store is not None:
+                self._store.set(self.key, json.dumps({"tasks": ended, "node": node}))
+        except Exception:  # best effort: this task ends anyway
+            pass
+
+    def leave(self, expected: int, host: bool) -> None:
+        """Count this task among those that have seen the post; the host (replica 0, whose exit closes the store)
+        first waits until ``expected`` others have, for at most ``LINGER_S`` (a task on another node that is
+        still starting reaches the store in that time)."""
+        store = self._store
+        if store is None:
+            return
+        try:
+            if not host:
+                store.add(self.key + "/seen", 1)
+                return
+            deadline = time.monotonic() + LINGER_S
+            while store.add(self.key + "/seen", 0) < expected and time.monotonic() < deadline:
+                time.sleep(0.2)
+        except Exception:  # the store is gone: nothing left to wait for
+            pass
+
+
+# Seconds replica 0 keeps the store up at most after a post, for the other nodes' tasks to read it.
+LINGER_S = 30.0
+
+
+def _end(message: str, failed: list[int], spec, mark: _StepMark, post_from: str | None = None) -> None:
+    """Print the error; post ``failed`` for the other nodes when this node saw them (``post_from``); leave."""
+    error = ReplicaFailedError(message, rank=failed[0])
+    print("".join(traceback.format_exception_only(type(error), error)).rstrip(), file=sys.stderr, flush=True)
+    if post_from is not None:
+        mark.post(failed, post_from)
+    mark.leave(spec.world_size - 1 - len(set(failed) - {spec.rank}), host=spec.rank == 0)
+    os._exit(1)  # the rendezvous blocks in PyTorch's C++ store, which no exception can interrupt
+
+
 @contextlib.contextmanager
-def ended_task_watch(rank: int, world_size: int, env: Mapping[str, str] | None = None) -> Iterator[None]:
-    """While the body (this task's rendezvous) runs, look every ``POLL_S`` seconds for a task of this node that has
-    ended; when one has, print a :class:`~allgpu.errors.ReplicaFailedError` naming it and end this process with
-    exit code 1 (the rendezvous blocks in PyTorch's C++ store, which no exception can interrupt). Does nothing
-    outside a Slurm step of several tasks on this node."""
+def ended_task_watch(spec, timeout_s: float, env: Mapping[str, str] | None = None) -> Iterator[None]:
+    """While the body (task ``spec.rank``'s rendezvous, at most ``timeout_s``) runs, look every ``POLL_S`` seconds
+    for a task of this node that has ended, and at the job's store for those another node's tasks posted; when one
+    has, print a :class:`~allgpu.errors.ReplicaFailedError` naming it and end this process with exit code 1. Does
+    nothing outside a Slurm step."""
     env = dict(os.environ if env is None else env)
-    if "SLURM_STEP_ID" not in env or len(_global_ids(env.get("SLURM_GTIDS", ""))) < 2:
+    if "SLURM_STEP_ID" not in env:
         yield
         return
-    done = threading.Event()
+    done, ending = threading.Event(), threading.Lock()
+    mark = _StepMark(env, spec.master_addr, spec.master_port)
+    here = env.get("SLURMD_NODENAME") or "this node"
 
-    def watch() -> None:
+    def end(failed: list[int], node: str | None) -> None:
+        if done.is_set() or not ending.acquire(blocking=False):
+            return  # the rendezvous completed, or the other thread is ending this process
+        _leave_mark(env, failed)  # before exiting: a task of this node finds it followed, not failed
+        _end(ended_message(failed, spec.rank, spec.world_size, env, node=node), failed, spec, mark,
+             post_from=here if node is None else None)
+
+    def watch_node() -> None:
         while not done.wait(POLL_S):
             ended = ended_tasks(env)
-            if ended and not done.is_set():
-                error = ReplicaFailedError(ended_message(ended, rank, world_size, env), rank=ended[0])
-                _leave_mark(env, ended)  # before exiting: a task watching finds it followed, not failed
-                print("".join(traceback.format_exception_only(type(error), error)).rstrip(), file=sys.stderr,
-                      flush=True)
-                os._exit(1)
+            if ended:
+                end(ended, None)
 
-    thread = threading.Thread(target=watch, name="allgpu-slurm-task-watch", daemon=True)
-    thread.start()
+    for target in (watch_node, lambda: mark.watch(timeout_s, done, end)):
+        threading.Thread(target=target, name="allgpu-slurm-task-watch", daemon=True).start()
     try:
         yield
     finally:
