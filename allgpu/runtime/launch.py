@@ -6,6 +6,7 @@ torchrun's variables and the :mod:`allgpu.runtime.env` contract, so a strategy c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import sys
@@ -19,13 +20,15 @@ from allgpu.runtime import env as launch_env
 from allgpu.runtime import job_identity
 from allgpu.runtime.cluster import ClusterSpec
 from allgpu.runtime.engines import discover, launcher
-from allgpu.runtime.replicas import held_store
+from allgpu.runtime.process_group import no_group_to_fork
+from allgpu.runtime.replicas import die_with_parent, held_store
 from allgpu.runtime.threads import threads_per_replica
 
 
 def _replica_main(rank, fn, devices, port, job_id, error_dir, timeout_s, args, kwargs, results, forked):
     import torch
 
+    die_with_parent()  # a kernel restarted or killed (SIGKILL runs no finally) leaves no replica training on
     os.environ.update(launch_env.replica_variables(rank, [str(d) for d in devices], port, error_dir, timeout_s,
                                                    launcher_store=True, job_id=job_id))
     if forked:
@@ -112,14 +115,15 @@ def launch(
     # done (torchrun's agent store): no other program or parallel job can take the port between its choice and the
     # replicas' init_process_group, as with a port found free, released and bound again by replica 0.
     store, job_id = _job_store(len(device_list), timeout)
-    context = mp.start_processes(
-        _replica_main,
-        args=(fn, device_list, store.port, job_id, error_dir, timeout, tuple(args), dict(kwargs or {}), results,
-              start_method == "fork"),
-        nprocs=len(device_list),
-        join=False,
-        start_method=start_method,
-    )
+    with no_group_to_fork() if start_method == "fork" else contextlib.nullcontext():
+        context = mp.start_processes(
+            _replica_main,
+            args=(fn, device_list, store.port, job_id, error_dir, timeout, tuple(args), dict(kwargs or {}), results,
+                  start_method == "fork"),
+            nprocs=len(device_list),
+            join=False,
+            start_method=start_method,
+        )
     values: list[Any] = [None] * len(device_list)
     try:
         # Drain results while waiting: a replica blocks writing a result larger than the pipe buffer (64 KiB)

@@ -71,7 +71,7 @@ def _meet(spec: ClusterSpec, timeout_s: float):
     return None
 
 
-_SOLO: list = []  # [the default group this process made for one-replica strategies, how many placed on it]
+_SOLO: list = []  # [the default group made for one-replica strategies, how many placed on it, device, timeout_s]
 
 
 def init_solo_group(device: torch.device, timeout_s: float) -> None:
@@ -85,7 +85,7 @@ def init_solo_group(device: torch.device, timeout_s: float) -> None:
             return
         dist.init_process_group(default_backend(device), store=dist.HashStore(), rank=0, world_size=1,
                                 timeout=timedelta(seconds=timeout_s))
-        _SOLO[:] = [dist.group.WORLD, 0]
+        _SOLO[:] = [dist.group.WORLD, 0, device, timeout_s]
         atexit.register(wait_for_gloo_workers)  # a collective a script ran on it used Gloo's threads
     _SOLO[1] += 1
 
@@ -93,6 +93,40 @@ def init_solo_group(device: torch.device, timeout_s: float) -> None:
 def solo_group() -> bool:
     """Whether the default group is the world of one :func:`init_solo_group` made (not a job's group)."""
     return bool(_SOLO) and dist.is_initialized() and dist.group.WORLD is _SOLO[0]
+
+
+@contextlib.contextmanager
+def no_group_to_fork():
+    """Around forking replicas (``allgpu.launch``): a forked child gets a copy of this process's default group
+    without the Gloo worker threads that run its collectives, so its first collective on it waits forever (a
+    notebook that made a one-replica ``MirroredStrategy()`` and then called ``launch`` hung). The world of one
+    :func:`init_solo_group` made is destroyed before the fork and made again, with the same strategies placed on
+    it, once the children exist (nothing keeps the group object: it is looked up as the default group).
+
+    Raises:
+        StrategyStartError: the default group is a job's or the user's (``init_process_group``), which cannot be
+            set aside; the message names the fix.
+    """
+    if not dist.is_initialized():
+        yield
+        return
+    if not solo_group():
+        from allgpu.errors import StrategyStartError
+
+        raise StrategyStartError(
+            f"allgpu.launch() would fork replicas from a process that belongs to a torch.distributed process group "
+            f"(rank {dist.get_rank()} of {dist.get_world_size()}): each replica would get an unusable copy of it and "
+            "wait forever at its first collective. Fix: dist.destroy_process_group() (or close() the strategy that "
+            "joined it) before launch(), or pass start_method='spawn'.")
+    _, placed, device, timeout_s = _SOLO
+    dist.destroy_process_group()
+    _SOLO.clear()
+    wait_for_gloo_workers()
+    try:
+        yield
+    finally:
+        init_solo_group(device, timeout_s)
+        _SOLO[1] = placed
 
 
 def release_solo_group(*, force: bool = False) -> None:

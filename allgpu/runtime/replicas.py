@@ -128,7 +128,9 @@ def _state(proc: subprocess.Popen, error: str | None = None) -> str:
     return state + (", so it never reached the collective" if "frozen" in state else "")
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """Have the kernel end this process (SIGTERM) when the thread that started it ends: a replica never outlives
+    the process that started it (replica 0, or ``allgpu.launch``'s caller killed with SIGKILL). Linux only."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: a replica never outlives replica 0
@@ -213,7 +215,7 @@ class ScriptReplicas:
             env = {**os.environ, **launch_env.replica_variables(
                 rank, [str(d) for d in self.devices], self.port, self.error_dir, self.timeout_s, **self.placement,
                 job_id=self.job_id)}
-            self._procs[rank] = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent)
+            self._procs[rank] = subprocess.Popen(command, env=env, preexec_fn=die_with_parent)
         self._sigint = SigintWatch()
         previous = sys.excepthook
 
