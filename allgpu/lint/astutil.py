@@ -87,9 +87,11 @@ def star_kwarg(mod, call: ast.Call, name: str) -> tuple[ast.expr | None, bool]:
             continue
         key = dotted(kw.value)
         values = mod.values_of(kw.value) if key else [kw.value]
-        if not values or (key and key + ".update" in _called(mod)):
+        updates = _updates(mod, key) if key and key + ".update" in _called(mod) else []
+        if not values or updates is None:
             known = False
             continue
+        values = values + updates
         values = [b for v in values for b in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
         for val in values:  # ``{'num_workers': 1} if use_cuda else {}``: both branches
             if isinstance(val, ast.Dict):
@@ -107,6 +109,25 @@ def star_kwarg(mod, call: ast.Call, name: str) -> tuple[ast.expr | None, bool]:
             if key and dotted(target.value) == key and const_str(target.slice) == name:
                 found = value
     return found, known
+
+
+def _updates(mod, key: str) -> list[ast.expr] | None:
+    """What ``key.update(...)`` calls merge into the dict ``key``: dict literals, ``dict(...)`` calls (an update's own
+    keywords read as one), or names bound only to those (``train_kwargs.update(cuda_kwargs)``, PyTorch's MNIST
+    example); None when one cannot be read."""
+    out = []
+    for c, _ in mod.calls:
+        if not (isinstance(c.func, ast.Attribute) and c.func.attr == "update" and dotted(c.func.value) == key):
+            continue
+        if c.keywords:
+            out.append(ast.Call(func=ast.Name(id="dict", ctx=ast.Load()), args=[], keywords=c.keywords))
+        for a in c.args:
+            vals = mod.values_of(a) if dotted(a) else [a]
+            if not vals or not all(isinstance(v, ast.Dict) or isinstance(v, ast.Call) and dotted(v.func) == "dict"
+                                   for v in vals):
+                return None
+            out += vals
+    return out
 
 
 def _called(mod) -> set[str]:

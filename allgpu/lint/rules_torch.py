@@ -185,10 +185,10 @@ def check_pt003(ctx) -> None:
                                         "splits its stream by rank: every rank reads all of it")
             continue
         shuffle = star_kwarg(mod, call, "shuffle")[0]
-        shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True
+        shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True and not torch_train.evaluation_names(names)
         if not (shuffled or any(n and _trains_over(ctx, n) for n in names)):
             continue
-        if not torch_train.shards_by_rank(mod, ds):  # ``ImageDataset(files, shard=rank, num_shards=world_size)`` reads its part
+        if not (torch_train.shards_by_rank(mod, ds) or torch_train.single_process_branch(mod, call)):  # or sharded by rank
             ctx.emit("PT003", call, "DataLoader under DDP without a DistributedSampler: every rank reads "
                                     "the whole dataset")
 

@@ -302,6 +302,27 @@ def evaluation_sampler(mod, call: ast.Call) -> bool:
     return any(_EVAL_WORD.match(w) for w in words)
 
 
+def single_process_branch(mod, call: ast.Call) -> bool:
+    """``call`` (a loader without a sampler) is in one branch of an ``if`` whose other branch builds a
+    DistributedSampler: ``if args.distributed: sampler = DistributedSampler(ds) ... else: DataLoader(ds,
+    shuffle=True)`` is the single-process path (Habana's MNIST example)."""
+    for a in mod.ancestors(call):
+        if isinstance(a, ast.If):
+            inside = a.body if any(call is n for s in a.body for n in ast.walk(s)) else a.orelse
+            other = a.orelse if inside is a.body else a.body
+            if any(isinstance(n, ast.Call) and (mod.qualname(n.func) or dotted(n.func) or "").endswith(
+                    "DistributedSampler") for s in other for n in ast.walk(s)):
+                return True
+    return False
+
+
+def evaluation_names(names: list[str | None]) -> bool:
+    """Every name a loader is bound to is an evaluation one (``test_loader``, ``val_dl``): shuffling it does not
+    make it a training loader (PyTorch's MNIST example shuffles both through ``cuda_kwargs``)."""
+    words = [[w for w in n.rsplit(".", 1)[-1].split("_") if w] for n in names if n]
+    return bool(words) and all(any(_EVAL_WORD.match(w) for w in ws) for ws in words)
+
+
 def shards_by_rank(mod, ds: ast.expr | None) -> bool:
     """The dataset is built with the process's rank (it reads only its own part)."""
     if isinstance(ds, ast.Call):
