@@ -220,3 +220,57 @@ def test_tf009_tf_data_through_tensorflow_internal_module_paths():
     does. With num_parallel_calls on every map, nothing."""
     assert "TF009" in ids(INTERNAL_SPELLING.format(par=""))
     assert "TF009" not in ids(INTERNAL_SPELLING.format(par=", num_parallel_calls=num_parallel_calls"))
+
+
+HELPER_PARAMETER = TF + """
+def augment(dataset, batch_size):
+    dataset = dataset.map(aug_fn{par})
+    return dataset.batch(batch_size){pre}
+
+def load(files):
+    return tf.data.TFRecordDataset(files)
+
+train = augment(load(files), 64)
+model.fit(train, epochs=3)
+"""
+
+
+def test_tf008_tf009_follow_a_helper_parameter_to_what_its_callers_pass():
+    """A helper's parameter is what the file's calls give it (``augment(load(files), 64)``): its ``.map(f)`` is a
+    Dataset map (TF009) and the pipeline it returns to ``fit`` is never prefetched (TF008). Issue 21 asks lint to
+    follow helpers; the tuning half's files had shown the shape through sibling names only."""
+    found = ids(HELPER_PARAMETER.format(par="", pre=""))
+    assert {"TF008", "TF009"} <= found
+    fixed = ids(HELPER_PARAMETER.format(par=", num_parallel_calls=tf.data.AUTOTUNE", pre=".prefetch(tf.data.AUTOTUNE)"))
+    assert not {"TF008", "TF009"} & fixed
+    assert not {"TF008", "TF009"} & ids(HELPER_PARAMETER.format(par="", pre="").replace(
+        "tf.data.TFRecordDataset(files)", "pandas.read_csv(files)"))
+
+
+ORDER = TF + """
+def input_fn(split, mode, batch_size):
+    ds = tf.data.TFRecordDataset([split + ".tfrecord"])
+    ds = ds.map(parse)
+    if mode == "train":
+        ds = ds.map(prepare)
+        ds = ds.repeat().shuffle(512)
+        ds = concat_batches(ds, batch_size)
+    else:
+        ds = ds.map(prepare_rollout)
+    return ds
+
+def concat_batches(ds, batch_size):
+    windows = ds.window(batch_size)
+    return windows.map(reduce_window)
+
+estimator.train(input_fn=lambda: input_fn("train", "train", 2))
+"""
+
+
+def test_tf009_does_not_depend_on_the_order_maps_are_asked_about():
+    """deepmind-research's learning_to_simulate: one name rebound along a pipeline that goes through a helper and
+    back; an answer left unknown by a cycle while another map was being classified must not stick (every map here
+    is serial, each is reported)."""
+    from allgpu.lint import check_source
+    lines = sorted(f.line for f in check_source(textwrap.dedent(ORDER), "train.py", select=["TF009"]))
+    assert lines == [5, 7, 11, 16], lines

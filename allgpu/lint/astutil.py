@@ -44,6 +44,28 @@ def argument_for(call: ast.Call, fn: ast.FunctionDef, param: str, *, bound: bool
     return call.args[i] if 0 <= i < len(call.args) and not isinstance(call.args[i], ast.Starred) else None
 
 
+def base_name(expr: ast.expr) -> str | None:
+    """The name a chain of calls, attributes and subscripts starts from (``e`` for ``e.batch(8)[0]``)."""
+    while isinstance(expr, (ast.Call, ast.Attribute, ast.Subscript)):
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def passed_to(mod, name: ast.Name) -> list[ast.expr]:
+    """What the calls in this file give the parameter ``name`` of the function it is read in (``def augment(ds):
+    ... ds.map(f)`` called as ``augment(tf.data.TFRecordDataset(files))``): at most 8 calls; [] for other names."""
+    fn = mod.enclosing_function(name)
+    if fn is None or mod.is_foreign(fn):
+        return []
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
+    if name.id not in params or name.id in ("self", "cls"):
+        return []
+    method = params[:1] in (["self"], ["cls"])
+    found = (argument_for(c, fn, name.id, bound=method and isinstance(c.func, ast.Attribute))
+             for c in mod.callers(fn)[:8])
+    return [a for a in found if a is not None]
+
+
 def has_star_kwargs(call: ast.Call) -> bool:
     """True when ``call`` passes ``**kwargs`` (its keywords cannot be known)."""
     return any(kw.arg is None for kw in call.keywords)

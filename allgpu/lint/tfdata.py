@@ -6,6 +6,7 @@ import ast
 import re
 
 from allgpu.lint.facts import DISTRIBUTE_ATTRS
+from allgpu.lint.astutil import base_name, passed_to
 from allgpu.lint.resolve import Module, dotted, iter_body_nodes
 
 _TFDATA_METHODS = frozenset({
@@ -41,15 +42,26 @@ def unwrap_iter(mod: Module, expr: ast.expr) -> ast.expr:
 
 def classify(mod: Module, expr: ast.AST | None, depth: int = 0) -> str | None:
     """``"distributed"``, ``"tfdata"`` (a pipeline not distributed) or None (cannot tell)."""
+    d = mod.__dict__
     if expr is None or depth > 12:
+        d["_tfdata_cycle"] = d.get("_tfdata_cycle", False) or depth > 12  # too deep: not an answer to keep
         return None
-    cache = mod.__dict__.setdefault("_tfdata_cache", {})
-    key = id(expr)
-    if key in cache:
-        return cache[key]
-    cache[key] = None  # in progress: a cycle (``ds = ds.map(...)``) adds nothing
-    cache[key] = _classify(mod, expr, depth)
-    return cache[key]
+    cache, pending, key = d.setdefault("_tfdata_cache", {}), d.setdefault("_tfdata_pending", {}), id(expr)
+    # An unknown reached through a cycle (``ds = ds.map(...)``) or the depth limit is kept for the current top-level
+    # question only: asked from elsewhere it may resolve, so answers do not depend on the order rules ask in.
+    if key in cache or key in pending:
+        d["_tfdata_cycle"] = d.get("_tfdata_cycle", False) or key not in cache
+        return cache.get(key)
+    top, outer = not pending, d.get("_tfdata_cycle", False)
+    pending[key], d["_tfdata_cycle"] = "?", False
+    result = _classify(mod, expr, depth)
+    cyclic = d["_tfdata_cycle"]
+    del pending[key]
+    (pending if result is None and cyclic else cache)[key] = result
+    d["_tfdata_cycle"] = outer or cyclic
+    if top:
+        pending.clear()
+    return result
 
 
 def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
@@ -76,17 +88,17 @@ def _classify(mod: Module, expr: ast.AST, depth: int) -> str | None:
     if isinstance(expr, (ast.Name, ast.Attribute)):
         values = [_unpacked_from(mod, expr, v) or v for v in mod.values_of(expr)[:8]]
         found = _merge({classify(mod, v, depth + 1) for v in values if v is not expr}) if values else None
-        if found is None and isinstance(expr, ast.Name) and (_declared_dataset(mod, expr)
-                                                              or _container_item(mod, expr, depth)):
-            return "tfdata"
+        if found is None and isinstance(expr, ast.Name):
+            if _declared_dataset(mod, expr) or _container_item(mod, expr, depth):
+                return "tfdata"
+            found = _merge({classify(mod, a, depth + 1) for a in passed_to(mod, expr)})  # a helper's parameter
         return found
     return None
 
 
 def container_body(mod: Module, call: ast.Call, depth: int = 0) -> ast.expr | None:
-    """For ``datasets.map(lambda ds: ds.batch(64).map(f))`` where ``datasets`` is not a pipeline but a container
-    (a pandas Series) whose items are tf.data pipelines (``frame.groupby("split").apply(lambda g: make_ds(g))``):
-    the lambda's body, the pipeline each item becomes. None otherwise."""
+    """For ``datasets.map(lambda ds: ds.batch(64).map(f))`` over a container (a pandas Series) whose items are
+    tf.data pipelines (``frame.groupby("split").apply(lambda g: make_ds(g))``): the lambda's body, else None."""
     f = call.func
     if not (isinstance(f, ast.Attribute) and f.attr in ("map", "apply") and len(call.args) == 1
             and isinstance(call.args[0], ast.Lambda) and len(call.args[0].args.args) == 1) or depth > 10:
@@ -101,19 +113,11 @@ def _items_are_datasets(mod: Module, expr: ast.expr, depth: int) -> bool:
         if not (isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in ("map", "apply")
                 and len(v.args) == 1 and isinstance(v.args[0], ast.Lambda)):
             continue
-        lam = v.args[0]
-        if _base_name(lam.body) in [a.arg for a in lam.args.args]:
-            continue  # ``v.map(lambda e: e.data)``: an item's own attribute, not a pipeline the lambda makes
-        if classify(mod, v.func.value, depth + 1) is None and classify(mod, lam.body, depth + 1) == "tfdata":
+        lam = v.args[0]  # not ``v.map(lambda e: e.data)`` (an item's own attribute): a pipeline the lambda makes
+        if base_name(lam.body) not in [a.arg for a in lam.args.args] and classify(mod, v.func.value, depth + 1) \
+                is None and classify(mod, lam.body, depth + 1) == "tfdata":
             return True
     return False
-
-
-def _base_name(expr: ast.expr) -> str | None:
-    """The name a chain of calls, attributes and subscripts starts from (``e`` for ``e.batch(8)[0]``)."""
-    while isinstance(expr, (ast.Call, ast.Attribute, ast.Subscript)):
-        expr = expr.func if isinstance(expr, ast.Call) else expr.value
-    return expr.id if isinstance(expr, ast.Name) else None
 
 
 def _container_item(mod: Module, name: ast.Name, depth: int) -> bool:
@@ -247,6 +251,9 @@ def pipeline(mod: Module, expr: ast.AST | None, depth: int = 0, seen: set | None
             values = _by_scope(mod, expr.id, values).get(id(mod.enclosing_function(expr))) or values
         for v in values[:16]:
             r, m = pipeline(mod, _unpacked_from(mod, expr, v) or v, depth + 1, seen, steps)
+            roots, methods = roots + r, methods | m
+        for a in passed_to(mod, expr) if not roots and isinstance(expr, ast.Name) else ():
+            r, m = pipeline(mod, a, depth + 1, seen, steps)  # a helper's parameter: what its callers give it
             roots, methods = roots + r, methods | m
         return roots, methods
     return [], set()
