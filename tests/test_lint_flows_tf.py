@@ -274,3 +274,25 @@ def test_tf009_does_not_depend_on_the_order_maps_are_asked_about():
     from allgpu.lint import check_source
     lines = sorted(f.line for f in check_source(textwrap.dedent(ORDER), "train.py", select=["TF009"]))
     assert lines == [5, 7, 11, 16], lines
+
+
+LOADER_CLASS = TF + """
+class Loader:
+    def __init__(self, files):
+        self.files = files
+
+    def build(self, batch_size):
+        ds = tf.data.TFRecordDataset(self.files).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.batch(batch_size){pre}
+
+{call}
+model.fit(train, epochs=3)
+"""
+
+
+def test_tf008_follows_a_method_of_a_loader_instance():
+    """``Loader(files).build(64)`` and ``loader = Loader(files)`` ... ``loader.build(64)`` call the project class's
+    method: the pipeline it returns feeds ``fit`` unprefetched (TF008); prefetched, nothing."""
+    for call in ("train = Loader(files).build(64)", "loader = Loader(files)\ntrain = loader.build(64)"):
+        assert "TF008" in ids(LOADER_CLASS.format(pre="", call=call))
+        assert "TF008" not in ids(LOADER_CLASS.format(pre=".prefetch(tf.data.AUTOTUNE)", call=call))

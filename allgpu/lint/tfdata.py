@@ -7,6 +7,7 @@ import re
 
 from allgpu.lint.facts import DISTRIBUTE_ATTRS
 from allgpu.lint.astutil import base_name, passed_to
+from allgpu.lint.tfdata_calls import _callable_returns, _returned, _unpacked_from
 from allgpu.lint.resolve import Module, dotted, iter_body_nodes
 
 _TFDATA_METHODS = frozenset({
@@ -152,48 +153,6 @@ def _declared_dataset(mod: Module, name: ast.Name) -> bool:
         return True
     doc = ast.get_docstring(fn) or ""
     return any(line.strip().startswith(name.id) and "tf.data.Dataset" in line for line in doc.splitlines())
-
-
-def _returned(mod: Module, call: ast.Call, index: int | None = None) -> list[ast.expr]:
-    """What the local function ``call`` calls returns; when it returns a tuple, element ``index`` (the caller
-    unpacked it: ``a, b = f()``), nothing when the index is unknown."""
-    out = []
-    for fn in mod.local_functions(call.func):
-        for node in iter_body_nodes(fn.body):
-            if isinstance(node, ast.Return) and node.value is not None:
-                v = node.value
-                if not isinstance(v, ast.Tuple):
-                    out.append(v)
-                elif index is not None and index < len(v.elts):
-                    out.append(v.elts[index])
-    return out
-
-
-def _callable_returns(mod: Module, fn: ast.expr) -> list[ast.expr]:
-    """What calling ``fn`` returns: a project function named by ``fn``, or the ``__call__`` of the project class
-    ``fn`` instantiates (``ToKShotDataset(k_shot=8)``)."""
-    if isinstance(fn, ast.Call):
-        cls = mod.local_class(fn.func)
-        defs = [d for d in cls.body if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef))
-                and d.name == "__call__"] if cls is not None else []
-    else:
-        defs = mod.local_functions(fn)
-    return [n.value for d in defs for n in iter_body_nodes(d.body) if isinstance(n, ast.Return) and n.value is not None]
-
-
-def _unpacked_from(mod: Module, name: ast.expr, value: ast.expr) -> ast.expr | None:
-    """For ``a, b = f()`` followed from ``a``: the element of ``f``'s returned tuple that ``a`` receives."""
-    st = mod.parent.get(id(value))
-    key = dotted(name)
-    if not isinstance(value, ast.Call) or not isinstance(st, ast.Assign) or st.value is not value:
-        return None
-    for t in st.targets:
-        if isinstance(t, (ast.Tuple, ast.List)):
-            for k, e in enumerate(t.elts):
-                if dotted(e) == key:
-                    rets = _returned(mod, value, k)
-                    return rets[0] if len(rets) == 1 else None
-    return None
 
 
 def _autotuned(mod: Module, call: ast.Call) -> bool:
