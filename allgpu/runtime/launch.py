@@ -15,7 +15,7 @@ import uuid
 from typing import Any, Callable, Sequence
 
 from allgpu.devices import resolve_replica_devices
-from allgpu.errors import ReplicaFailedError, StrategyStartError
+from allgpu.errors import ArgumentTypeError, ReplicaFailedError, StrategyStartError
 from allgpu.runtime import env as launch_env
 from allgpu.runtime import job_identity
 from allgpu.runtime.cluster import ClusterSpec
@@ -99,11 +99,14 @@ def launch(
             The other replicas are stopped at once.
         StrategyStartError: ``spawn`` of a function whose module has no file (read from stdin, ``python -c``), or
             this process is one of several a cluster engine or launcher started (srun, mpirun, torchrun).
+        ArgumentTypeError: ``fn`` cannot be called with ``args``/``kwargs`` (checked before any replica starts);
+            a function written for ``torch.multiprocessing.spawn`` (a process index first) is named as such.
     """
     import torch
     import torch.multiprocessing as mp
 
     _refuse_inside_a_job()
+    _check_arguments(fn, tuple(args), dict(kwargs or {}))
     device_list = resolve_replica_devices(num_replicas, devices, cpu_replicas_by_default=2)
     if start_method is None:
         start_method = "spawn" if torch.cuda.is_initialized() else "fork"
@@ -164,6 +167,35 @@ def _drain(results, values: list) -> None:
     while not results.empty():
         rank, value = results.get()
         values[rank] = pickle.loads(value)
+
+
+def _check_arguments(fn: Callable, args: tuple, kwargs: dict) -> None:
+    """``fn(*args, **kwargs)`` must bind, checked before any replica starts (else every replica raises the same
+    ``TypeError``). ``torch.multiprocessing.spawn(fn, args=...)`` calls ``fn(i, *args)``: a function written for
+    it (pytorch/examples' imagenet ``main_worker(gpu, ngpus_per_node, args)``) is named as such."""
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: let the call decide
+        return
+    try:
+        signature.bind(*args, **kwargs)
+        return
+    except TypeError as exc:
+        problem = str(exc)
+    name = getattr(fn, "__qualname__", repr(fn))
+    try:
+        signature.bind(0, *args, **kwargs)
+    except TypeError:
+        raise ArgumentTypeError(f"allgpu.launch cannot call {name}{signature} with args={args!r}, kwargs={kwargs!r}: "
+                                f"{problem}. Fix: pass args=/kwargs= that {name} takes.") from None
+    first = next(iter(signature.parameters))
+    raise ArgumentTypeError(
+        f"{name}{signature} takes a process index first ({first!r}), as torch.multiprocessing.spawn passes "
+        f"(fn(i, *args)); allgpu.launch calls fn(*args) with no index, so the call would fail in every replica: "
+        f"{problem}. Fix: drop {first!r} and read the replica's index from the strategy made in {name} "
+        f"(strategy.replica_id_in_sync), or int(os.environ['LOCAL_RANK']) for the device index on this machine.")
 
 
 def _check_spawnable(fn: Callable, start_method: str) -> None:
