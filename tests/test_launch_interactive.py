@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -78,3 +80,51 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.replicas
+def test_run_in_ipython_is_refused_not_re_executing_ipython(tmp_path):
+    """``%run train.py`` in an IPython session: sys.argv names the script but the command line is IPython's, so the
+    copy was a second IPython session reading the user's input (here it took the session's 'exit' and ended before
+    joining, failing the run). Now a StrategyStartError (fallback='error') naming IPython and the fixes."""
+    write_script(tmp_path, "train.py", """
+        import allgpu
+        strategy = allgpu.MirroredStrategy(num_replicas=2, fallback="error")
+        print("replicas", strategy.num_replicas_in_sync)
+    """)
+    result = run_python(["-m", "IPython", "--no-banner", "--simple-prompt", "--colors=NoColor"], cwd=tmp_path,
+                        stdin="%run train.py\nprint('session goes on')\nexit\n", timeout=90)
+    out = result.stdout + result.stderr
+    assert "StrategyStartError" in out and "inside IPython" in out and "!python train.py" in out, out
+    assert "session goes on" in out and "before joining" not in out
+
+
+@pytest.mark.replicas
+def test_a_script_reading_its_input_before_the_strategy(tmp_path):
+    """``name = input()`` before the strategy: the re-executed replica shared replica 0's terminal or pipe and waited
+    on it for ever (replica 0 waited at the rendezvous until the timeout). Now it gets no input, and replica 0 says
+    why within seconds; a file on standard input is read again by each replica: a correct 2-replica run."""
+    script = write_script(tmp_path, "train.py", """
+        name = input()
+        import allgpu
+        strategy = allgpu.MirroredStrategy(num_replicas=2, timeout=60)
+        print("run", name, "replicas", strategy.num_replicas_in_sync, flush=True)
+    """)
+    (tmp_path / "answers.txt").write_text("exp1\n")
+    with open(tmp_path / "answers.txt") as answers:
+        result = run_python_stdin(script, answers)
+    assert result.returncode == 0 and result.stdout.count("run exp1 replicas 2") == 2, result.stdout + result.stderr
+    held = start_python([str(script)], cwd=tmp_path, stdin=subprocess.PIPE)
+    held.stdin.write("exp2\n")
+    held.stdin.flush()  # and kept open, as a terminal is
+    try:
+        out, _ = held.communicate(timeout=50)
+    finally:
+        held.kill()
+    assert held.returncode != 0 and "replica 1 exited with code 1 before creating its strategy" in out, out
+    assert "EOFError" in out and "answers.txt" in out
+
+
+def run_python_stdin(script, stdin):
+    return subprocess.run([sys.executable, str(script)], stdin=stdin, capture_output=True, text=True, timeout=60,
+                          cwd=script.parent)

@@ -21,7 +21,8 @@ from allgpu.runtime import job_identity
 from allgpu.runtime.cluster import ClusterSpec
 from allgpu.runtime.engines import discover, launcher
 from allgpu.runtime.process_group import no_group_to_fork
-from allgpu.runtime.replicas import die_with_parent, held_store
+from allgpu.runtime.replicas import held_store
+from allgpu.runtime.script_command import die_with_parent
 from allgpu.runtime.threads import threads_per_replica
 
 

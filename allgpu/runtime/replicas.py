@@ -7,7 +7,6 @@ would under torchrun. A copy that fails is named with its traceback and ends the
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import signal
 import socket
@@ -22,9 +21,10 @@ from pathlib import Path
 from typing import Sequence
 
 from allgpu.devices import Device
-from allgpu.errors import ReplicaFailedError, StrategyStartError
+from allgpu.errors import ReplicaFailedError
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.interrupt import SIGINT_WORDS, SigintWatch, checkpoint_note
+from allgpu.runtime.script_command import die_with_parent, replica_stdin, script_command
 
 # Seconds a replica waits for its peers after one of them has failed, before the whole job is ended.
 FAILURE_GRACE_S = 5.0
@@ -128,54 +128,6 @@ def _state(proc: subprocess.Popen, error: str | None = None) -> str:
     return state + (", so it never reached the collective" if "frozen" in state else "")
 
 
-def die_with_parent() -> None:
-    """Have the kernel end this process (SIGTERM) when the thread that started it ends: a replica never outlives
-    the process that started it (replica 0, or ``allgpu.launch``'s caller killed with SIGKILL). Linux only."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: a replica never outlives replica 0
-    except OSError:
-        pass
-
-
-_NOT_SCRIPTS = {"pytest/__main__.py", "unittest/__main__.py", "ipykernel/__main__.py", "IPython/__main__.py"}
-
-
-def script_command() -> list[str]:
-    """The command line that started this interpreter, to re-execute it for the other replicas.
-
-    Raises:
-        RuntimeError: the program is not a script (``python -c``, a REPL or a notebook), which cannot be
-            re-executed; ``allgpu.launch(fn)`` is the way there.
-    """
-    argv = list(getattr(sys, "orig_argv", [])) or [sys.executable, *sys.argv]
-    main = sys.modules.get("__main__")
-    main_file = os.path.basename(os.path.dirname(getattr(main, "__file__", "") or "")) + "/" + \
-        os.path.basename(getattr(main, "__file__", "") or "")
-    runner = os.path.basename(sys.argv[0] if sys.argv else "")
-    if sys.argv[:1] == ["-c"] and "_pytest.config" in sys.modules:  # a pytest-xdist worker: execnet runs python -c
-        runner = "pytest"
-    if main_file in _NOT_SCRIPTS or runner in ("pytest", "py.test", "ipykernel_launcher.py"):
-        raise StrategyStartError(
-            f"this program is run by {runner or main_file}, not from a training script, so its replicas cannot be "
-            "started by re-executing it (that would re-run the test runner or kernel). Fix: put the training in a "
-            "function and call allgpu.launch(fn, num_replicas=N), or run the script itself with python."
-        )
-    if (sys.argv[:1] in (["-"], [""]) or getattr(main, "__file__", None) == "<stdin>") and "-c" not in argv[1:2]:
-        raise StrategyStartError(
-            "this program was read from standard input (python - <<EOF, a heredoc, or cat train.py | python), so its "
-            "replicas cannot be started by re-executing it: the source is gone once read. Fix: save it to a file and "
-            "run python train.py, or put the training in a function and call allgpu.launch(fn, num_replicas=N)."
-        )
-    if "-c" in argv[1:2] or not getattr(main, "__file__", None):
-        raise StrategyStartError(
-            "this program is not a script file (python -c, a REPL or a notebook), so its replicas cannot be started "
-            "by re-executing it. Fix: put the training in a function and call allgpu.launch(fn, num_replicas=N)."
-        )
-    argv[0] = sys.executable
-    return argv
-
-
 class ScriptReplicas:
     """Replicas 1..N-1 of the running script, started and watched by replica 0 (this process).
 
@@ -215,7 +167,8 @@ class ScriptReplicas:
             env = {**os.environ, **launch_env.replica_variables(
                 rank, [str(d) for d in self.devices], self.port, self.error_dir, self.timeout_s, **self.placement,
                 job_id=self.job_id)}
-            self._procs[rank] = subprocess.Popen(command, env=env, preexec_fn=die_with_parent)
+            with replica_stdin() as stdin:
+                self._procs[rank] = subprocess.Popen(command, env=env, stdin=stdin, preexec_fn=die_with_parent)
         self._sigint = SigintWatch()
         previous = sys.excepthook
 
@@ -278,6 +231,12 @@ class ScriptReplicas:
         rank = self.placement["rank_offset"] + local_rank
         remote = path.read_text() if path.exists() else None
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        if code > 0 and not self._joined and remote is None:
+            # It failed before its strategy existed: in the script's own code, re-run in the copy.
+            how += (" before creating its strategy (its traceback is above): the code before the strategy runs again "
+                    "in each replica, without standard input (a terminal or pipe is replica 0's alone: an input() "
+                    "there ends with EOFError; python train.py < answers.txt works, each replica reads the file from "
+                    "its start). Fix: make that code run the same when re-executed (input as arguments or a file)")
         if code == 0:
             how += (" before joining the job (it ran to the end without creating the same strategy: "
                     "a script whose code differs when re-executed, or a strategy created only on replica 0)")
