@@ -1,5 +1,7 @@
 """FullyShardedStrategy: N sharded replicas train exactly like one, holding ~1/N of the state each."""
 
+import contextlib
+
 import pytest
 import torch
 from torch.distributed.tensor import DTensor
@@ -268,7 +270,7 @@ def test_full_state_dict_is_a_copy_even_on_one_replica():
 
 def _micro_batches(switch: str, k: int = 4, batch: int = 32, steps: int = 2):
     """A hand-written accumulation loop of k micro-batches a step, sync held off on all but the last one by
-    ``switch``: nanoGPT's DDP flag, or FSDP2's own ``set_requires_gradient_sync``."""
+    ``switch``: nanoGPT's DDP flag, FSDP2's own ``set_requires_gradient_sync``, or FSDP1's/DDP's ``no_sync()``."""
     strategy = allgpu.FullyShardedStrategy()
     n, r = strategy.num_replicas_in_sync, strategy.replica_id_in_sync
     torch.manual_seed(0)
@@ -282,11 +284,14 @@ def _micro_batches(switch: str, k: int = 4, batch: int = 32, steps: int = 2):
         for micro in range(k):
             if switch == "flag":
                 model.require_backward_grad_sync = micro == k - 1
-            else:
+            elif switch == "fsdp":
                 model.set_requires_gradient_sync(micro == k - 1)
             lo = step * batch + micro * (batch // k) + r * (batch // k // n)
-            loss = torch.nn.functional.cross_entropy(model(x[lo:lo + batch // k // n]), y[lo:lo + batch // k // n])
-            (loss / k).backward()
+            held = model.no_sync() if switch == "no_sync" and micro < k - 1 else contextlib.nullcontext()
+            with held:
+                loss = torch.nn.functional.cross_entropy(model(x[lo:lo + batch // k // n]),
+                                                         y[lo:lo + batch // k // n])
+                (loss / k).backward()
         rounds.append(strategy.gradient_sync.rounds - before)
         optimizer.step()
         optimizer.zero_grad()
@@ -297,8 +302,9 @@ def _micro_batches(switch: str, k: int = 4, batch: int = 32, steps: int = 2):
 def test_no_sync_by_ddp_flag_or_fsdp2_switch_reduces_once_a_step_equal_to_one_replica():
     # Before, `model.require_backward_grad_sync = False` (nanoGPT's form) was ignored under FSDP2: every micro-batch
     # reduce-scattered (4 rounds a step instead of 1); the parameters were right, the communication k times too much.
+    # FSDP1's `with model.no_sync():` was an AttributeError (FSDP2 has none).
     reference, _ = allgpu.launch(_micro_batches, num_replicas=1, args=("flag",))[0]
-    for switch in ("flag", "fsdp"):
+    for switch in ("flag", "fsdp", "no_sync"):
         full, rounds = allgpu.launch(_micro_batches, num_replicas=2, args=(switch,))[0]
         assert rounds == [1, 1], (switch, rounds)
         for key in reference:
