@@ -215,9 +215,9 @@ class KerasReplica:
         if is_tf_dataset(x):
             from allgpu.keras.tf_data.keras_source import tf_data_source
 
-            if class_weight is not None:
-                raise InputError("class_weight with a tf.data.Dataset is not supported by allgpu. Fix: map each "
-                                 "batch to (x, y, sample_weight) in the pipeline.")
+            if class_weight is not None:  # as Keras's own tf.data adapter: each batch's weights from its labels
+                from keras.src.trainers.data_adapters.tf_dataset_adapter import make_class_weight_map_fn
+                x = x.map(make_class_weight_map_fn(class_weight))
             source = tf_data_source(x, y, sample_weight, batch_size, steps=steps, steps_argument=steps_argument,
                                     what=what, num_replicas=self.world, rank=self.rank,
                                     local_replicas=self.strategy._local_replicas(), all_reduce=self._all_reduce,
