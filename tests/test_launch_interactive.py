@@ -128,3 +128,47 @@ def test_a_script_reading_its_input_before_the_strategy(tmp_path):
 def run_python_stdin(script, stdin):
     return subprocess.run([sys.executable, str(script)], stdin=stdin, capture_output=True, text=True, timeout=60,
                           cwd=script.parent)
+
+
+NOTEBOOK = ['''
+import torch, allgpu
+from torch.utils.data import TensorDataset
+''', '''
+def train():
+    torch.manual_seed(0)
+    strategy = allgpu.MirroredStrategy()
+    with strategy.scope():
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(256, 8, generator=torch.Generator().manual_seed(1))
+    data = TensorDataset(x, (x[:, 0] > 0).long())
+    allgpu.fit(model, optimizer, torch.nn.CrossEntropyLoss(), data, epochs=2, global_batch_size=32, strategy=strategy)
+    print("replica", strategy.replica_id_in_sync, "of", strategy.num_replicas_in_sync, "done")
+    return [p.detach() for p in model.parameters()]
+''', '''
+two = allgpu.launch(train, num_replicas=2)
+''', '''
+one = allgpu.launch(train, num_replicas=1)
+print("difference", max((a - b).abs().max().item() for a, b in zip(two[0], one[0])))
+''']
+
+
+@pytest.mark.replicas
+def test_fit_in_a_notebook_through_launch(tmp_path):
+    """A real Jupyter kernel (nbclient, as `jupyter nbconvert --execute` runs one): a function defined in a cell,
+    trained by fit on 2 replicas and on 1 through allgpu.launch. The replicas' prints reached the notebook cut into
+    words, each a message of its own, and fit's progress lines not at all (rich sent them as Jupyter displays,
+    which ipykernel drops from a forked process). 2 replicas equal 1."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code) for code in NOTEBOOK])
+    NotebookClient(notebook, timeout=90, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+                   ).execute()
+    launched = notebook.cells[2].outputs
+    printed = [o["text"] for o in launched if o["output_type"] == "stream" and o["name"] == "stdout"]
+    assert sorted(printed) == ["replica 0 of 2 done\n", "replica 1 of 2 done\n"], launched
+    progress = "".join(o["text"] for o in launched if o["output_type"] == "stream" and o["name"] == "stderr")
+    assert "epoch 2/2" in progress and "loss" in progress, launched
+    difference = float(notebook.cells[3].outputs[-1]["text"].split()[-1])
+    assert difference < 1e-5

@@ -7,6 +7,7 @@ torchrun's variables and the :mod:`allgpu.runtime.env` contract, so a strategy c
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import sys
@@ -38,10 +39,50 @@ def _replica_main(rank, fn, devices, port, job_id, error_dir, timeout_s, args, k
         torch.set_num_threads(1)
     elif not devices[rank].is_cuda:
         torch.set_num_threads(threads_per_replica(len(devices)))
-    value = fn(*args, **kwargs)
+    if forked:
+        _whole_lines_to_the_kernel()
+    try:
+        value = fn(*args, **kwargs)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
     _meet_at_end()
     # Plain pickle: torch's queue reduction shares memory by file descriptor, gone once the replica exits.
     results.put((rank, pickle.dumps(value)))
+
+
+class _WholeLines:
+    """A text stream that passes on only whole lines, each in one write (the rest at ``flush``)."""
+
+    def __init__(self, stream):
+        self._stream, self._pending = stream, ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        if "\n" in self._pending:
+            lines, _, self._pending = self._pending.rpartition("\n")
+            self._stream.write(lines + "\n")
+            self._stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._stream.write(self._pending)
+            self._pending = ""
+        self._stream.flush()
+
+    def __getattr__(self, name):  # fileno, isatty, encoding...: the stream's
+        return getattr(self._stream, name)
+
+
+def _whole_lines_to_the_kernel() -> None:
+    """A replica forked from a Jupyter kernel writes through the kernel's stream objects, which send every write
+    as a message of its own: the replicas' prints reached the notebook cut into words ("replica replica 0 1 of of
+    2 2"). Whole lines each in one write keep them apart; a terminal's streams are line-buffered already."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, io.TextIOWrapper) and not isinstance(stream, _WholeLines):
+            setattr(sys, name, _WholeLines(stream))
 
 
 def _meet_at_end() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+
 from rich.console import Console
 from rich.table import Column
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -25,7 +27,9 @@ class EpochProgress:
         self.enabled = enabled
         self.epochs = epochs
         self.steps = steps
-        self.console = Console(stderr=True)
+        # A process multiprocessing started (allgpu.launch's replicas) cannot show Jupyter displays: only the
+        # kernel's own process may send them (ipykernel drops them: "attempted to send message from fork"). Text.
+        self.console = Console(stderr=True, force_jupyter=False if multiprocessing.parent_process() else None)
         self._progress: Progress | None = None
         self._task = None
 
