@@ -185,7 +185,7 @@ def check_pt003(ctx) -> None:
                                         "splits its stream by rank: every rank reads all of it")
             continue
         shuffle = star_kwarg(mod, call, "shuffle")[0]
-        shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True and not torch_train.evaluation_names(names)
+        shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True and not torch_train.one_rank_evaluation(mod, call, names)
         if not (shuffled or any(n and _trains_over(ctx, n) for n in names)):
             continue
         if not (torch_train.shards_by_rank(mod, ds) or torch_train.single_process_branch(mod, call)):  # or sharded by rank

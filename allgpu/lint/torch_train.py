@@ -12,7 +12,7 @@ import ast
 import re
 
 from allgpu.lint.binding import name_loads
-from allgpu.lint.rank_guard import rankish
+from allgpu.lint.rank_guard import is_job_guard, one_branch, rankish
 from allgpu.lint.resolve import dotted, iter_body_nodes
 
 _DIST_HINTS = ("all_reduce", "all_gather", "world_size", "get_rank", "synchronize_between_processes",
@@ -316,11 +316,20 @@ def single_process_branch(mod, call: ast.Call) -> bool:
     return False
 
 
-def evaluation_names(names: list[str | None]) -> bool:
-    """Every name a loader is bound to is an evaluation one (``test_loader``, ``val_dl``): shuffling it does not
-    make it a training loader (PyTorch's MNIST example shuffles both through ``cuda_kwargs``)."""
+def one_rank_evaluation(mod, call: ast.Call, names: list[str | None]) -> bool:
+    """A shuffled loader bound only to evaluation names (``test_loader``, ``val_dl``) and built under a rank guard
+    (``if rank == 0:``): one process evaluates, nothing is read twice (SageMaker's SMDDP MNIST example). Unguarded,
+    every rank evaluates the whole set, which the corpus counts (deit's a0025; Princeton's follow-up c560ac0)."""
     words = [[w for w in n.rsplit(".", 1)[-1].split("_") if w] for n in names if n]
-    return bool(words) and all(any(_EVAL_WORD.match(w) for w in ws) for ws in words)
+    if not (words and all(any(_EVAL_WORD.match(w) for w in ws) for ws in words)):
+        return False
+    child = call
+    for anc in mod.ancestors(call):  # an enclosing ``if rank == 0:`` (its guarded branch)
+        if isinstance(anc, ast.If) and is_job_guard(anc.test, mod) and \
+                one_branch(anc.test) in (None, any(child is st for st in anc.body)):
+            return True
+        child = anc
+    return False
 
 
 def shards_by_rank(mod, ds: ast.expr | None) -> bool:
