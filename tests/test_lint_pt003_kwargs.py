@@ -71,3 +71,6 @@ def test_shuffled_evaluation_loader_on_every_rank_or_on_one():
     one = MNIST.format(update="cuda_kwargs", loader=SAMPLED, test=RANK0_TEST)
     assert _pt003_lines(every) == {_line_of(every, "test_loader = torch")}
     assert _pt003_lines(one) == set()
+    used_on_one = every.replace("        evaluate(model, test_loader)",
+                                "        if torch.distributed.get_rank() == 0:\n            evaluate(model, test_loader)")
+    assert _pt003_lines(used_on_one) == set()
