@@ -296,3 +296,16 @@ def test_tf008_follows_a_method_of_a_loader_instance():
     for call in ("train = Loader(files).build(64)", "loader = Loader(files)\ntrain = loader.build(64)"):
         assert "TF008" in ids(LOADER_CLASS.format(pre="", call=call))
         assert "TF008" not in ids(LOADER_CLASS.format(pre=".prefetch(tf.data.AUTOTUNE)", call=call))
+
+
+def test_tf008_one_shot_iterator_function_form():
+    """``tf.compat.v1.data.make_one_shot_iterator(dataset)`` (the function form TF 1.13+ asks for) draws from
+    ``dataset``, not from the module ``tf.compat.v1.data``: an input_fn's unprefetched pipeline is reported."""
+    src = TF + """
+def input_fn(files, batch_size):
+    dataset = tf.data.TFRecordDataset(files).map(parse, num_parallel_calls=4).batch(batch_size){pre}
+    iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
+    return iterator.get_next()
+"""
+    assert "TF008" in ids(src.format(pre=""))
+    assert "TF008" not in ids(src.format(pre=".prefetch(1)"))

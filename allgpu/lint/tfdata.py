@@ -256,9 +256,9 @@ def _iterator_source(mod: Module, it: ast.AST) -> ast.expr | None:
     if not isinstance(it, ast.Call):
         return None
     f = it.func
-    if isinstance(f, ast.Attribute) and f.attr in _ITER_ATTRS:
-        return f.value
     name = mod.qualname(f) or (f.id if isinstance(f, ast.Name) else "")
+    if isinstance(f, ast.Attribute) and f.attr in _ITER_ATTRS and not name.startswith("tensorflow."):
+        return f.value  # ``ds.make_one_shot_iterator()``; ``tf.compat.v1.data.make_one_shot_iterator(ds)`` below
     if it.args and (name in ("iter", "builtins.iter") or name.endswith(("Iterator", "make_one_shot_iterator",
                                                                          "make_initializable_iterator"))):
         return it.args[0]
