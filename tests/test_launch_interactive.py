@@ -172,3 +172,20 @@ def test_fit_in_a_notebook_through_launch(tmp_path):
     assert "epoch 2/2" in progress and "loss" in progress, launched
     difference = float(notebook.cells[3].outputs[-1]["text"].split()[-1])
     assert difference < 1e-5
+
+
+@pytest.mark.replicas
+def test_a_script_that_changes_folder_before_its_strategy(tmp_path):
+    """os.chdir("data") before the strategy: the copy was started in data/, where `python train.py` found no file.
+    It is started in the folder the program was started in, and its own chdir leads it to the same data."""
+    write_script(tmp_path, "train.py", """
+        import os, allgpu
+        os.chdir("data")
+        strategy = allgpu.MirroredStrategy(num_replicas=2, fallback="error")
+        print("replica", strategy.replica_id_in_sync, "read", open("x.txt").read(), flush=True)
+    """)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.txt").write_text("digits")
+    result = run_python(["train.py"], cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["replica 0 read digits", "replica 1 read digits"]

@@ -24,7 +24,7 @@ from allgpu.devices import Device
 from allgpu.errors import ReplicaFailedError
 from allgpu.runtime import env as launch_env
 from allgpu.runtime.interrupt import SIGINT_WORDS, SigintWatch, checkpoint_note
-from allgpu.runtime.script_command import die_with_parent, replica_stdin, script_command
+from allgpu.runtime.script_command import die_with_parent, replica_stdin, script_command, start_directory
 
 # Seconds a replica waits for its peers after one of them has failed, before the whole job is ended.
 FAILURE_GRACE_S = 5.0
@@ -162,13 +162,15 @@ class ScriptReplicas:
 
     def start(self) -> None:
         command = script_command()
+        folder = start_directory()
         whole_lines()  # replica 0 shares its stdout with the replicas it starts
         for rank in range(1, len(self.devices)):
             env = {**os.environ, **launch_env.replica_variables(
                 rank, [str(d) for d in self.devices], self.port, self.error_dir, self.timeout_s, **self.placement,
                 job_id=self.job_id)}
             with replica_stdin() as stdin:
-                self._procs[rank] = subprocess.Popen(command, env=env, stdin=stdin, preexec_fn=die_with_parent)
+                self._procs[rank] = subprocess.Popen(command, env=env, stdin=stdin, cwd=folder,
+                                                     preexec_fn=die_with_parent)
         self._sigint = SigintWatch()
         previous = sys.excepthook
 
@@ -234,7 +236,7 @@ class ScriptReplicas:
         if code > 0 and not self._joined and remote is None:
             # It failed before its strategy existed: in the script's own code, re-run in the copy.
             how += (" before creating its strategy (its traceback is above): the code before the strategy runs again "
-                    "in each replica, without standard input (a terminal or pipe is replica 0's alone: an input() "
+                    "in each replica, started in the folder the program was started in and without standard input (a terminal or pipe is replica 0's alone: an input() "
                     "there ends with EOFError; python train.py < answers.txt works, each replica reads the file from "
                     "its start). Fix: make that code run the same when re-executed (input as arguments or a file)")
         if code == 0:

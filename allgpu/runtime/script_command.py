@@ -45,6 +45,33 @@ def die_with_parent() -> None:
 _NOT_SCRIPTS = {"pytest/__main__.py", "unittest/__main__.py", "ipykernel/__main__.py", "IPython/__main__.py"}
 
 
+_IMPORT_CWD = os.getcwd()  # where this program was when it imported allgpu, usually before any os.chdir
+
+
+def start_directory() -> str:
+    """The folder to start the script's copies in: the one the program was started in, where its command line's
+    relative paths (``python train.py``, ``-m pkg.train``) mean what they meant. A script that ``os.chdir``-ed before
+    its strategy had its copies started in the new folder, where ``python train.py`` found no file ("can't open
+    file") and a relative ``os.chdir("data")`` would have gone one level deeper. Candidates: the folder now, the one
+    at allgpu's import, the shell's ``$PWD``; the first from which the command line reaches this same script."""
+    main = sys.modules.get("__main__")
+    main_path = getattr(main, "__file__", None) or ""
+    here = os.getcwd()
+    for folder in (here, _IMPORT_CWD, os.environ.get("PWD")):
+        if folder and main_path and _reaches(folder, main, main_path):
+            return folder
+    return here
+
+
+def _reaches(folder: str, main, main_path: str) -> bool:
+    if getattr(main, "__spec__", None) is not None:  # python -m pkg.train: the package is found from the folder
+        return os.path.abspath(main_path).startswith(os.path.join(os.path.abspath(folder), ""))
+    try:
+        return os.path.samefile(os.path.join(folder, sys.argv[0]), main_path)
+    except (OSError, IndexError):
+        return False
+
+
 def script_command() -> list[str]:
     """The command line that started this interpreter, to re-execute it for the other replicas.
 
