@@ -112,6 +112,7 @@ class GradientSync:
         self._numel = 0
         self._recorded = False  # this round is in the ledger
         self._bucket_of: dict[int, tuple[int, int]] = {}
+        self._trainable: list[bool] = []  # requires_grad of each of self.params when the buckets were built
         self.enabled = True
         self.broadcast_buffers = True
         self.buffers: list[torch.Tensor] = []
@@ -135,12 +136,24 @@ class GradientSync:
         return id(param) in self._known
 
     def add(self, params: Iterable[torch.nn.Parameter]) -> None:
-        """Register parameters (already identical on every replica); rebuilds the buckets."""
-        new = [p for p in params if p.requires_grad and id(p) not in self._known]
+        """Register parameters (already identical on every replica); rebuilds the buckets.
+
+        A frozen floating-point parameter is registered too (its hook set while ``requires_grad`` is briefly
+        True): fine-tuning that unfreezes a backbone after some epochs (``requires_grad_(True)``) must average
+        its gradients from then on; before, they stayed each replica's own and the replicas drifted apart
+        silently. Buckets hold the parameters that require gradients at the backward's start."""
+        new = [p for p in params if id(p) not in self._known and (p.requires_grad or p.is_floating_point())]
         for p in new:
             self._known.add(id(p))
             self.params.append(p)
-            p.register_post_accumulate_grad_hook(self._on_grad_ready)
+            frozen = not p.requires_grad
+            if frozen:
+                p.requires_grad_(True)
+            try:
+                p.register_post_accumulate_grad_hook(self._on_grad_ready)
+            finally:
+                if frozen:
+                    p.requires_grad_(False)
         if new:
             self._rebuild()
 
@@ -163,7 +176,9 @@ class GradientSync:
         self.buffers.extend(b for b in buffers if id(b) not in known and not known.add(id(b)))
 
     def _rebuild(self) -> None:
-        self.buckets = [_Bucket(params) for params in assign_buckets(self.params, self.bucket_cap_bytes)]
+        self._trainable = [p.requires_grad for p in self.params]
+        trainable = [p for p in self.params if p.requires_grad]
+        self.buckets = [_Bucket(params) for params in assign_buckets(trainable, self.bucket_cap_bytes)]
         self._bucket_of = {}
         for b, bucket in enumerate(self.buckets):
             for i, p in enumerate(bucket.params):
@@ -182,6 +197,8 @@ class GradientSync:
                 return
             self._active = True
             self._next = 0
+            if [p.requires_grad for p in self.params] != self._trainable:  # frozen or unfrozen since the last round
+                self._rebuild()
             for bucket in self.buckets:
                 bucket.ready = 0
             torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
