@@ -189,3 +189,21 @@ def test_a_script_that_changes_folder_before_its_strategy(tmp_path):
     result = run_python(["train.py"], cwd=tmp_path, timeout=60)
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["replica 0 read digits", "replica 1 read digits"]
+
+
+@pytest.mark.replicas
+def test_spawn_from_a_script_without_a_main_guard(tmp_path):
+    """spawn re-imports the script in each replica, which ran the unguarded launch() again: each replica died in
+    multiprocessing's bootstrapping check (a bare RuntimeError). Now a StrategyStartError naming the guard."""
+    write_script(tmp_path, "train.py", """
+        import allgpu
+
+        def train():
+            return 1
+
+        print(allgpu.launch(train, num_replicas=2, start_method="spawn"))
+    """)
+    result = run_python(["train.py"], cwd=tmp_path, timeout=90)
+    assert result.returncode != 0
+    assert "StrategyStartError" in result.stderr and 'if __name__ == "__main__":' in result.stderr, result.stderr
+    assert "bootstrapping phase" not in result.stderr

@@ -96,6 +96,21 @@ def _meet_at_end() -> None:
         dist.barrier()
 
 
+def _refuse_while_spawning() -> None:
+    """A spawned replica imports the main script again (as ``__mp_main__``) to find ``fn``; a ``launch()`` call there
+    outside ``if __name__ == "__main__":`` ran again in each replica and died in multiprocessing's bootstrapping
+    check, a bare RuntimeError per replica. Say so, naming the guard, before anything starts."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
+            raise StrategyStartError(
+                f"allgpu.launch() ran again while a spawned replica imported the script "
+                f"({frame.f_code.co_filename}:{frame.f_lineno}) to find the function: spawn re-imports the main "
+                "script in every replica, and this call is not guarded. Fix: put the call under "
+                "`if __name__ == \"__main__\":`, or use start_method='fork' (the default while CUDA is not initialised).")
+        frame = frame.f_back
+
+
 def _refuse_inside_a_job() -> None:
     """``srun -n 2 python nb.py`` (or mpirun, torchrun) around ``launch(fn, num_replicas=2)``: each process would
     start a job of its own, two separate trainings. Raise StrategyStartError naming the engine and the fix."""
@@ -147,6 +162,7 @@ def launch(
     import torch
     import torch.multiprocessing as mp
 
+    _refuse_while_spawning()
     _refuse_inside_a_job()
     _check_arguments(fn, tuple(args), dict(kwargs or {}))
     device_list = resolve_replica_devices(num_replicas, devices, cpu_replicas_by_default=2)
