@@ -255,3 +255,19 @@ def test_launch_inside_several_srun_tasks_is_refused_before_starting_anything(mo
         monkeypatch.setenv(key, value)
     with pytest.raises(StrategyStartError, match=r"process 1 of the 2 that Slurm started.*call the function directly"):
         allgpu.launch(print, num_replicas=2)
+
+
+def test_each_engine_names_its_job_alike_on_every_process_for_the_rendezvous_check():
+    # allgpu.runtime.job_identity compares these: the same on every process of one job, different between jobs
+    def job(env, local=1):
+        cluster = discover(env, tf_config=True)
+        return (cluster.process or cluster.first_replica(local)).job
+
+    assert job({"TF_CONFIG": tf_config(0)}) == job({"TF_CONFIG": tf_config(1)}) != \
+        job({"TF_CONFIG": tf_config(1, ("a:2222", "c:2222"))})
+    assert job({"TF_CONFIG": tf_config(0)}).startswith("TF_CONFIG cluster ")
+    assert job(srun_env(procid=0)) == job(srun_env(procid=5, localid=1, nodeid=1)) == "Slurm job 4242 step 0"
+    sky = {"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2", "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NUM_GPUS_PER_NODE": "0",
+           "SKYPILOT_TASK_ID": "sky-2026-11-25-task"}
+    assert job({**sky, "SKYPILOT_NODE_RANK": "0"}) == job({**sky, "SKYPILOT_NODE_RANK": "1"}) == \
+        "SkyPilot task sky-2026-11-25-task"

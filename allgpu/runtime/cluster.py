@@ -102,7 +102,7 @@ def from_torchrun_env(env: Mapping[str, str] | None = None) -> ClusterSpec | Non
         master_addr=env["MASTER_ADDR"],
         master_port=_int(env, "MASTER_PORT", "torchrun"),
         source=launch_env.read(env).cluster_source or "torchrun",
-        job=f"allgpu job {launch_env.read(env).job_id}" if launch_env.read(env).job_id else None,
+        job=launch_env.read(env).job_id,
     )
 
 

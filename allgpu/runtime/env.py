@@ -12,7 +12,7 @@ these, which carry what torchrun has no name for:
 ``ALLGPU_CLUSTER_SOURCE``   who described the job: ``"allgpu"``, ``"TF_CONFIG"`` (else torchrun)
 ``ALLGPU_FRESH_STORE``      ``"1"``: each restart attempt gets its own store (``allgpu run`` with node ranks)
 ``ALLGPU_WAIT_REPORT_S``    seconds between "still waiting at the rendezvous" reports (default 30; tests shorten it)
-``ALLGPU_JOB_ID``           the id of a job allgpu started on one machine, checked at its rendezvous
+``ALLGPU_JOB_ID``           the job in words (``allgpu job 3f2a...``, ``TF_CONFIG cluster ...``), checked at its rendezvous
 ==========================  =========================================================================
 
 Launchers build the variables with :func:`replica_variables` / :func:`worker_variables`; replicas read them once
@@ -53,7 +53,7 @@ class LaunchEnv:
         cluster_source: ``"allgpu"``, ``"TF_CONFIG"`` or None (torchrun or none).
         fresh_store: use a fresh rendezvous store per restart attempt.
         wait_report_s: seconds between reports while a rendezvous waits for peers, or None for the default.
-        job_id: the id of the job allgpu started (launch-free on one machine, ``allgpu.launch``), or None.
+        job_id: the job in words, as its launcher named it (``"allgpu job 3f2a..."``), or None.
     """
 
     devices: tuple[str, ...] | None = None

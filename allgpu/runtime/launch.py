@@ -215,8 +215,8 @@ def _job_store(replicas: int, timeout: float | None):
     """The job's store, hosted by this process on a port it keeps bound, and the job's id, which the store holds
     for every replica to check at the rendezvous (:mod:`allgpu.runtime.job_identity`)."""
     store = held_store("127.0.0.1", launch_env.resolve_timeout(timeout, launch_env.LaunchEnv()))
-    job_id = uuid.uuid4().hex[:12]
-    spec = ClusterSpec(0, replicas, 0, replicas, "127.0.0.1", store.port, "allgpu", f"allgpu job {job_id}")
+    job_id = f"allgpu job {uuid.uuid4().hex[:12]}"
+    spec = ClusterSpec(0, replicas, 0, replicas, "127.0.0.1", store.port, "allgpu", job_id)
     store.set(job_identity.KEY, job_identity.identity(spec))
     return store, job_id
 

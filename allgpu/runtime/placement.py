@@ -206,10 +206,10 @@ def _start(name: str, devices: list[Device], timeout_s: float, backend: str | No
         if first is None:
             first = ClusterSpec(0, len(devices), 0, len(devices), "127.0.0.1", 0, "allgpu")
         replicas = ScriptReplicas(devices, timeout_s, rank_offset=first.rank, world_size=first.world_size,
-                                  master_addr=first.master_addr, master_port=first.master_port or None)
+                                  master_addr=first.master_addr, master_port=first.master_port or None, job=first.job)
         replicas.start()
         spec = ClusterSpec(first.rank, first.world_size, 0, len(devices), first.master_addr, replicas.port,
-                           first.source, f"allgpu job {replicas.job_id}" if replicas.job_id else None)
+                           first.source, replicas.job_id)
         placement = _joined(spec, devices[0].torch_device(), timeout_s, backend,
                             init_method=f"tcp://{spec.master_addr}:{spec.master_port}")
         replicas.joined()

@@ -139,15 +139,17 @@ class ScriptReplicas:
     """
 
     def __init__(self, devices: Sequence[Device], timeout_s: float, *, rank_offset: int = 0,
-                 world_size: int | None = None, master_addr: str = "127.0.0.1", master_port: int | None = None):
+                 world_size: int | None = None, master_addr: str = "127.0.0.1", master_port: int | None = None,
+                 job: str | None = None):
         self.devices = list(devices)
         self.placement = dict(rank_offset=rank_offset, world_size=world_size, master_addr=master_addr)
         # Rank 0 of a job on this machine alone hosts the store on a port held from now on; a worker of a
         # multi-worker job is told the chief's address and port.
         self._store = held_store(master_addr, timeout_s) if master_port is None and rank_offset == 0 else None
         self.port = master_port or (self._store.port if self._store is not None else free_port())
-        # A job on this machine alone names itself; its rendezvous refuses a replica of another (a stale one).
-        self.job_id = uuid.uuid4().hex[:12] if self._store is not None else None
+        # The job in words, checked at the rendezvous: the engine's (``job``), or one this job on this machine alone
+        # makes up; its rendezvous then refuses a replica of another (a stale one).
+        self.job_id = job or (f"allgpu job {uuid.uuid4().hex[:12]}" if self._store is not None else None)
         self.error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
         self.timeout_s = timeout_s
         self.failure: ReplicaFailedError | None = None

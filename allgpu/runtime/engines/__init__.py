@@ -20,6 +20,7 @@ None of them: a single-machine job (launch-free start over this machine's device
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Mapping
 
@@ -34,8 +35,9 @@ __all__ = ["Cluster", "discover", "from_tf_config"]
 def from_tf_config(tf: TFConfig) -> Cluster:
     """A parsed ``TF_CONFIG`` as a :class:`Cluster`: one process per worker, worker 0 the rendezvous."""
     hosts = tuple(split_host_port(w, "TF_CONFIG cluster")[0] for w in tf.workers)
+    cluster = hashlib.sha256(",".join(tf.workers).encode()).hexdigest()[:12]  # every worker lists the same
     return Cluster("TF_CONFIG", ("TF_CONFIG",), tf.num_workers, tf.worker_index, tf.rendezvous_host,
-                   tf.rendezvous_port, hosts=hosts)
+                   tf.rendezvous_port, hosts=hosts, job=f"TF_CONFIG cluster {cluster}")
 
 
 def _exported_around_srun(env: Mapping[str, str]) -> bool:

@@ -31,6 +31,8 @@ class Cluster:
         master_addr / master_port: the rendezvous address (node 0's host, a port every process agrees on).
         process: this replica's place when the engine started one process per replica, else None.
         hosts: the nodes' host names or addresses, node 0 first, when the engine lists them.
+        job: the job in words where the engine names it (``"SkyPilot task sky-2026..."``), checked at the
+            rendezvous (:mod:`allgpu.runtime.job_identity`); None: only the replica count is.
     """
 
     engine: str
@@ -41,6 +43,7 @@ class Cluster:
     master_port: int
     process: ClusterSpec | None = None
     hosts: tuple[str, ...] = ()
+    job: str | None = None
 
     def __post_init__(self):
         if self.units < 1 or not 0 <= self.index < self.units:
@@ -64,7 +67,7 @@ class Cluster:
             raise ClusterConfigError(f"{self.engine} started one process per replica; this process is replica "
                                      f"{self.process.rank} and starts no other.")
         return ClusterSpec(self.index * local_replicas, self.units * local_replicas, 0, local_replicas,
-                           self.master_addr, self.master_port, self.engine)
+                           self.master_addr, self.master_port, self.engine, self.job)
 
     def agrees_with(self, other: "Cluster") -> bool:
         """Whether two engines describe the same place: as many processes, this one at the same index."""

@@ -42,4 +42,6 @@ def detect(env: Mapping[str, str] | None = None) -> Cluster | None:
     if nodes != len(ips):
         raise ClusterConfigError(f"SKYPILOT_NUM_NODES={nodes} but SKYPILOT_NODE_IPS lists {len(ips)} addresses "
                                  f"{list(ips)}. Fix: run the script from the task's run: section.")
-    return Cluster("SkyPilot", VARIABLES, nodes, rank, ips[0], port, hosts=ips)
+    task = env.get("SKYPILOT_TASK_ID")
+    return Cluster("SkyPilot", VARIABLES, nodes, rank, ips[0], port, hosts=ips,
+                   job=f"SkyPilot task {task}" if task else None)
