@@ -42,7 +42,7 @@ def init_process_group(spec: ClusterSpec, device: torch.device, timeout_s: float
     kwargs = {"device_id": device} if backend == "nccl" else {}
     if not init_method.startswith("env://"):
         kwargs.update(rank=spec.rank, world_size=spec.world_size)
-    watch = ended_task_watch(spec, timeout_s) if spec.source == "Slurm" else contextlib.nullcontext()
+    watch = ended_task_watch(spec) if spec.source == "Slurm" else contextlib.nullcontext()
     with reporting_wait(spec, timeout_s), watch:  # every 30 s: whom it waits for; under Slurm, a task gone
         try:
             store = _meet(spec, timeout_s)  # noqa: F841  (replica 0: the store it hosts lives until the group has it)

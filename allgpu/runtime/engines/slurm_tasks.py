@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -128,12 +129,16 @@ class _StepMark:
         except Exception:  # never came up within the timeout, or gone
             return None
 
-    def watch(self, timeout_s: float, done: threading.Event, found) -> None:
-        """Reader thread: once the store is up, look every ``POLL_S`` seconds for a post; ``found(tasks, node)``."""
-        self._store = self.connect(timeout_s)
-        while self._store is not None and not done.wait(POLL_S):
+    def watch(self, done: threading.Event, found) -> None:
+        """Reader thread: once the store is up, look every ``POLL_S`` seconds for a post; ``found(tasks, node)``.
+        It connects only once a plain TCP connect shows the store listening (then at once), so it is never long
+        inside PyTorch's C++ store calls: a daemon thread there when the interpreter exits aborts the process."""
+        while not done.wait(POLL_S):
             try:
-                if self._store.check([self.key]):
+                if self._store is None:
+                    if _listening(self.addr, self.port):
+                        self._store = self.connect(10.0)
+                elif self._store.check([self.key]):
                     value = json.loads(self._store.get(self.key))
                     found([int(t) for t in value["tasks"]], str(value["node"]))
             except Exception:  # a store that went away, a value not ours: nothing concluded
@@ -168,6 +173,14 @@ class _StepMark:
             pass
 
 
+def _listening(addr: str, port: int) -> bool:
+    try:
+        with socket.create_connection((addr, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 # Seconds replica 0 keeps the store up at most after a post, for the other nodes' tasks to read it.
 LINGER_S = 30.0
 
@@ -183,8 +196,8 @@ def _end(message: str, failed: list[int], spec, mark: _StepMark, post_from: str 
 
 
 @contextlib.contextmanager
-def ended_task_watch(spec, timeout_s: float, env: Mapping[str, str] | None = None) -> Iterator[None]:
-    """While the body (task ``spec.rank``'s rendezvous, at most ``timeout_s``) runs, look every ``POLL_S`` seconds
+def ended_task_watch(spec, env: Mapping[str, str] | None = None) -> Iterator[None]:
+    """While the body (task ``spec.rank``'s rendezvous) runs, look every ``POLL_S`` seconds
     for a task of this node that has ended, and at the job's store for those another node's tasks posted; when one
     has, print a :class:`~allgpu.errors.ReplicaFailedError` naming it and end this process with exit code 1. Does
     nothing outside a Slurm step."""
@@ -209,9 +222,15 @@ def ended_task_watch(spec, timeout_s: float, env: Mapping[str, str] | None = Non
             if ended:
                 end(ended, None)
 
-    for target in (watch_node, lambda: mark.watch(timeout_s, done, end)):
-        threading.Thread(target=target, name="allgpu-slurm-task-watch", daemon=True).start()
+    threads = [threading.Thread(target=target, name="allgpu-slurm-task-watch", daemon=True)
+               for target in (watch_node, lambda: mark.watch(done, end))]
+    for thread in threads:
+        thread.start()
     try:
         yield
     finally:
         done.set()
+        if not ending.acquire(blocking=False):  # a watch thread is ending this process (os._exit): let it
+            threading.Event().wait()
+        for thread in threads:
+            thread.join(timeout=12)
