@@ -76,16 +76,18 @@ _ACCUM = re.compile(r"accum|update_freq|micro_?step|micro_?batch|iters_to_acc")
 
 
 def micro_step_backwards(mod, facts, does_backward) -> list[ast.Call]:
-    """``backward`` calls in a micro-step loop, ``for _ in range(grad_accum_every): ... backward()``, whose
+    """``backward`` calls in a micro-step loop, ``for _ in range(grad_accum_every): ... backward()`` (or over the
+    chunks a batch is split into, ``for i in range(args.batch_chunk)``: NVIDIA's Transformer-XL, a0706), whose
     optimizer step comes after the loop: gradients accumulate over the loop (lucidrains' trainers, many
-    Accelerate scripts)."""
+    Accelerate scripts). A backward under an ``if`` counts when every branch of that ``if`` runs one
+    (``if args.fp16: scaled_loss.backward() else: loss.backward()``)."""
     out = []
     for loop in mod.loops:
         it = getattr(loop, "iter", None)
         if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and it.args):
             continue
-        if not any(_ACCUM.search((dotted(n) or "").lower()) for a in it.args for n in ast.walk(a)
-                   if isinstance(n, (ast.Name, ast.Attribute))):
+        if not any(_ACCUM.search(name) or _CHUNKS.search(name) for a in it.args for n in ast.walk(a)
+                   if isinstance(n, (ast.Name, ast.Attribute)) for name in [(dotted(n) or "").lower()]):
             continue
         body = [n for n in iter_body_nodes(loop.body) if isinstance(n, ast.Call)]
         if any("optstep" in facts.call_features(n) for n in body):
@@ -93,8 +95,24 @@ def micro_step_backwards(mod, facts, does_backward) -> list[ast.Call]:
         after = iter_body_nodes(_statements_after(mod, loop))
         if not any(isinstance(n, ast.Call) and "optstep" in facts.call_features(n) for n in after):
             continue
-        out += [n for n in body if does_backward(n) and not facts.under_if(n, loop) and not sync_controlled(mod, n)][:1]
+        out += [n for n in body if does_backward(n) and not sync_controlled(mod, n) and (
+            not facts.under_if(n, loop) or _every_branch(mod, n, loop, does_backward))][:1]
     return out
+
+
+_CHUNKS = re.compile(r"(^|[._])(batch_chunks?|n_?chunks|num_chunks|chunks)$")
+
+
+def _every_branch(mod, node: ast.AST, loop: ast.AST, does) -> bool:
+    """Each ``if`` between ``node`` and ``loop`` has an ``else`` and runs ``does`` in both branches."""
+    for anc in mod.ancestors(node):
+        if anc is loop:
+            return True
+        if isinstance(anc, ast.IfExp) or isinstance(anc, ast.If) and not (anc.orelse and all(
+                any(isinstance(n, ast.Call) and does(n) for s in branch for n in ast.walk(s))
+                for branch in (anc.body, anc.orelse))):
+            return False
+    return True
 
 
 def _statements_after(mod, node: ast.stmt) -> list:
