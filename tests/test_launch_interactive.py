@@ -150,6 +150,14 @@ two = allgpu.launch(train, num_replicas=2)
 ''', '''
 one = allgpu.launch(train, num_replicas=1)
 print("difference", max((a - b).abs().max().item() for a, b in zip(two[0], one[0])))
+''', '''
+strategy = allgpu.MirroredStrategy(devices=["/cpu:0"])
+with strategy.scope():
+    model = torch.nn.Linear(8, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(64, 8)
+allgpu.fit(model, optimizer, torch.nn.CrossEntropyLoss(), TensorDataset(x, (x[:, 0] > 0).long()), epochs=1,
+           global_batch_size=32, strategy=strategy)
 ''']
 
 
@@ -158,7 +166,7 @@ def test_fit_in_a_notebook_through_launch(tmp_path):
     """A real Jupyter kernel (nbclient, as `jupyter nbconvert --execute` runs one): a function defined in a cell,
     trained by fit on 2 replicas and on 1 through allgpu.launch. The replicas' prints reached the notebook cut into
     words, each a message of its own, and fit's progress lines not at all (rich sent them as Jupyter displays,
-    which ipykernel drops from a forked process). 2 replicas equal 1."""
+    which ipykernel drops from a forked process). 2 replicas equal 1. Then fit in the kernel itself."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -169,9 +177,13 @@ def test_fit_in_a_notebook_through_launch(tmp_path):
     printed = [o["text"] for o in launched if o["output_type"] == "stream" and o["name"] == "stdout"]
     assert sorted(printed) == ["replica 0 of 2 done\n", "replica 1 of 2 done\n"], launched
     progress = "".join(o["text"] for o in launched if o["output_type"] == "stream" and o["name"] == "stderr")
-    assert "epoch 2/2" in progress and "loss" in progress, launched
+    assert "epoch 2/2" in progress and "loss" in progress and "\x1b" not in progress, launched
     difference = float(notebook.cells[3].outputs[-1]["text"].split()[-1])
     assert difference < 1e-5
+    # fit in the kernel itself: rich's Jupyter display needs ipywidgets; without it the epoch showed as an empty
+    # display under an "install ipywidgets" warning. Text lines now.
+    direct = "".join(o.get("text", "") for o in notebook.cells[4].outputs if o["output_type"] == "stream")
+    assert "epoch 1/1" in direct and "loss" in direct and "ipywidgets" not in direct, notebook.cells[4].outputs
 
 
 @pytest.mark.replicas

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import multiprocessing
+import sys
 
 from rich.console import Console
 from rich.table import Column
@@ -27,9 +27,11 @@ class EpochProgress:
         self.enabled = enabled
         self.epochs = epochs
         self.steps = steps
-        # A process multiprocessing started (allgpu.launch's replicas) cannot show Jupyter displays: only the
-        # kernel's own process may send them (ipykernel drops them: "attempted to send message from fork"). Text.
-        self.console = Console(stderr=True, force_jupyter=False if multiprocessing.parent_process() else None)
+        # In a Jupyter kernel, plain text lines: rich's Jupyter display needs ipywidgets (without it the epochs
+        # showed as empty displays under an "install ipywidgets" warning), and a replica allgpu.launch forked from
+        # the kernel cannot send displays at all (ipykernel drops them); terminal control codes would show as text.
+        jupyter = "ipykernel" in sys.modules
+        self.console = Console(stderr=True, **({"force_jupyter": False, "force_terminal": False} if jupyter else {}))
         self._progress: Progress | None = None
         self._task = None
 
