@@ -84,7 +84,9 @@ def script_command() -> list[str]:
     if reason:
         raise StrategyStartError(reason)
     argv[0] = sys.executable
-    return argv
+    options = len(argv) - len(sys.argv)  # python's own options come before the script (or -m module)
+    # python -i train.py: each copy opened a prompt of its own after the script (">>>" on the shared terminal)
+    return [a for i, a in enumerate(argv) if not (a == "-i" and 0 < i < options)]
 
 
 _FIX = "put the training in a function and call allgpu.launch(fn, num_replicas=N)"
