@@ -113,6 +113,7 @@ class GradientSync:
         self._recorded = False  # this round is in the ledger
         self._bucket_of: dict[int, tuple[int, int]] = {}
         self._trainable: list[bool] = []  # requires_grad of each of self.params when the buckets were built
+        self._stale = False  # a parameter's dtype no longer matches its bucket's
         self.enabled = True
         self.broadcast_buffers = True
         self.buffers: list[torch.Tensor] = []
@@ -177,6 +178,7 @@ class GradientSync:
 
     def _rebuild(self) -> None:
         self._trainable = [p.requires_grad for p in self.params]
+        self._stale = False
         trainable = [p for p in self.params if p.requires_grad]
         self.buckets = [_Bucket(params) for params in assign_buckets(trainable, self.bucket_cap_bytes)]
         self._bucket_of = {}
@@ -184,6 +186,14 @@ class GradientSync:
             for i, p in enumerate(bucket.params):
                 self._bucket_of[id(p)] = (b, i)
         self._numel = sum(bucket.numel for bucket in self.buckets)
+
+    def _layout_changed(self) -> bool:
+        """Parameters frozen or unfrozen, or converted (``model.to(torch.bfloat16)``, ``model.double()`` after
+        mirroring: a float32 bucket would hand them float32 gradients, which torch refuses), since the buckets were
+        built. Conversions are seen at each bucket's first parameter, and at any other in :meth:`_launch`."""
+        return (self._stale or [p.requires_grad for p in self.params] != self._trainable
+                or any(b.params[0].dtype != b.buffer.dtype or b.params[0].device != b.buffer.device
+                       for b in self.buckets))
 
     # -- during backward ---------------------------------------------------------------------------------------
     def _on_grad_ready(self, param: torch.nn.Parameter) -> None:
@@ -197,7 +207,7 @@ class GradientSync:
                 return
             self._active = True
             self._next = 0
-            if [p.requires_grad for p in self.params] != self._trainable:  # frozen or unfrozen since the last round
+            if self._layout_changed():
                 self._rebuild()
             for bucket in self.buckets:
                 bucket.ready = 0
@@ -213,6 +223,8 @@ class GradientSync:
         for i, (p, view) in enumerate(zip(bucket.params, bucket.views)):
             grad = p.grad
             used = id(p) in self._fired and grad is not None
+            if used and grad.dtype != view.dtype:  # converted alone after mirroring: averaged in the bucket's dtype
+                self._stale = True  # this round; rebuilt at the next
             if not used or not self.weight:  # weight 0: a replica with no example of a short last batch
                 view.zero_()
             elif grad.data_ptr() != view.data_ptr():
@@ -257,7 +269,7 @@ class GradientSync:
                 used = [1.0] * len(bucket.params) if all_here else bucket.used.tolist()
                 for p, view, count in zip(bucket.params, bucket.views, used):
                     if count > 0.5:  # unused on every replica: its grad is left as it was (None), as on one device
-                        p.grad = view
+                        p.grad = view if view.dtype == p.dtype else view.to(p.dtype)
                 if self.stepper is not None:  # while the later buckets' all-reduces are still in flight
                     self.stepper(bucket.params)
             self._broadcast_buffers()
