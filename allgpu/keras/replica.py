@@ -32,6 +32,7 @@ from torch.distributed.tensor import DTensor
 from allgpu.core.scope_record import mirror_when_built
 from allgpu.errors import InputError, UnsupportedError
 from allgpu.keras.callbacks import chief_prints, coordinated, wrap_callbacks
+from allgpu.keras.fit_args import leading, shows_batch_logs, split_validation, unpack
 from allgpu.keras.metrics import local_reads, read_reduced
 from allgpu.keras.randomness import StepRandom
 from allgpu.keras.tf_data import is_tf_dataset
@@ -64,7 +65,7 @@ class KerasReplica:
         self._metrics_result = cls.get_metrics_result
         self._train_input: ShardedInput | None = None
         self._eval_input: ShardedInput | None = None  # what evaluate / fit's validation / test_on_batch reads
-        self._discarded: list | None = None  # metric state before a padded test step, restored before any read
+        self._discarded: list | None = None  # metric state before a padded step, restored before any read
         self._in_step = False
         self._batch_logs = True  # whether per-batch logs are shown or read (then each step's metrics are reduced)
         self._state_vars: list = []
@@ -148,12 +149,15 @@ class KerasReplica:
             # replica count runs a repeated example (slice_bounds pads), whose gradient must count zero
             padded = self.rank >= source.global_size
             sync.divisor = float("inf") if padded else source.global_size / leading_size(batch)
+            if padded:  # nor may it count in the loss or any metric (undone before a read, as in _test_step)
+                self._discarded = [v.value.detach().clone() for v in self._metric_variables()]
         self._in_step = True
         try:
             with self.strategy._in_replica_context(), self._random:  # get_replica_context() in train_step
                 logs = self.model.train_step(batch)
         finally:
             sync.divisor, self._in_step = saved, False
+            self._restore_discarded()
         self._average_state()
         return logs
 
@@ -253,7 +257,7 @@ class KerasReplica:
             if is_tf_dataset(x):
                 raise InputError("validation_split cannot split a tf.data.Dataset (as in Keras). Fix: pass "
                                  "validation_data=<another dataset>, e.g. from dataset.take(n) / dataset.skip(n).")
-            (x, y, sample_weight), validation_data = _split_validation(x, y, sample_weight, validation_split)
+            (x, y, sample_weight), validation_data = split_validation(x, y, sample_weight, validation_split)
         seed = self._shared_seed() if shuffle else 0
         train = self._input(x, y, sample_weight, batch_size, shuffle, class_weight, seed, steps=steps_per_epoch,
                             steps_argument="steps_per_epoch", what="fit")
@@ -261,12 +265,12 @@ class KerasReplica:
         val = None
         if validation_data is not None:
             val_batch = None if is_tf_dataset(validation_data) else validation_batch_size or batch_size
-            val = self._input(*_unpack(validation_data), val_batch, False, steps=validation_steps,
+            val = self._input(*unpack(validation_data), val_batch, False, steps=validation_steps,
                               steps_argument="validation_steps", what="validation")
             check_same_data(val, self.strategy, "fit(validation_data=...)")
         self._prepare(train)
         self._train_input, self._eval_input, self._fitting = train, val, True
-        self._batch_logs = self._agreed(_shows_batch_logs(verbose, callbacks, "on_train_batch_end", "on_batch_end",
+        self._batch_logs = self._agreed(shows_batch_logs(verbose, callbacks, "on_train_batch_end", "on_batch_end",
                                                           "on_test_batch_end"))
         try:
             with chief_prints(self.rank):
@@ -299,38 +303,42 @@ class KerasReplica:
                  callbacks=None, return_dict=False, **kwargs):
         """``keras.Model.evaluate`` on every replica: each example is evaluated once, on one replica, and loss and
         metrics are reduced over all of them (equal to one replica's). A collective."""
+        outer = self._eval_input, self._batch_logs  # fit's, when a callback evaluates during fit
         if not kwargs.get("_use_cached_eval_dataset"):
             x = self._input(x, y, sample_weight, batch_size, False, steps=steps)
             check_same_data(x, self.strategy, "evaluate")
             self._prepare(x)
             self._eval_input = x
-            self._batch_logs = self._agreed(_shows_batch_logs(verbose, callbacks, "on_test_batch_end"))
+            self._batch_logs = self._agreed(shows_batch_logs(verbose, callbacks, "on_test_batch_end"))
             y = sample_weight = batch_size = None
             callbacks = wrap_callbacks(callbacks, self.strategy, None, self._sharded())
-        with chief_prints(self.rank):
-            return self._evaluate(self.model, x, y, batch_size=batch_size, verbose=self._verbose(verbose),
-                                  sample_weight=sample_weight, steps=steps, callbacks=callbacks,
-                                  return_dict=return_dict, **kwargs)
+        try:
+            with chief_prints(self.rank):
+                return self._evaluate(self.model, x, y, batch_size=batch_size, verbose=self._verbose(verbose),
+                                      sample_weight=sample_weight, steps=steps, callbacks=callbacks,
+                                      return_dict=return_dict, **kwargs)
+        finally:
+            self._eval_input, self._batch_logs = outer
 
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         """``keras.Model.train_on_batch`` with ``x`` a global batch: each replica trains on its slice; one step.
         Returns global logs. A collective."""
-        data = self._input(x, y, sample_weight, _leading(x), False, class_weight)
+        data = self._input(x, y, sample_weight, leading(x), False, class_weight)
         self._prepare(data)
         local = next(iter(data))  # this replica's slice; data.global_size is the global batch
         self._train_input, self._batch_logs = data, True
         try:
-            return self._train_on_batch(self.model, *_unpack(local), return_dict=return_dict)
+            return self._train_on_batch(self.model, *unpack(local), return_dict=return_dict)
         finally:
             self._train_input, self._fitting = None, False
 
     def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
         """``keras.Model.test_on_batch`` with ``x`` a global batch, split across replicas; global logs."""
-        data = self._input(x, y, sample_weight, _leading(x), False)
+        data = self._input(x, y, sample_weight, leading(x), False)
         self._prepare(data)
         self._eval_input, self._batch_logs = data, True
         local = next(iter(data))  # data.global_size is now the global batch's
-        return self._test_on_batch(self.model, *_unpack(local), return_dict=return_dict)
+        return self._test_on_batch(self.model, *unpack(local), return_dict=return_dict)
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """``keras.Model.predict`` on every replica: each replica predicts its slices of every global batch and the
@@ -350,7 +358,7 @@ class KerasReplica:
     def predict_on_batch(self, x):
         """``keras.Model.predict_on_batch`` with ``x`` a global batch: each replica predicts its slice and the
         predictions are gathered, in input order, on every replica (NumPy, as Keras returns). A collective."""
-        return self.predict(x, batch_size=_leading(x), verbose=0)
+        return self.predict(x, batch_size=leading(x), verbose=0)
 
     def _in_input_order(self, array, sizes: list[int], counts: np.ndarray) -> np.ndarray:
         gathered = self.strategy.gather(torch.as_tensor(np.asarray(array)), axis=0).cpu().numpy()
@@ -364,32 +372,3 @@ class KerasReplica:
                 cursor[r] += n
         return np.concatenate(pieces)
 
-
-def _shows_batch_logs(verbose, callbacks, *hooks: str) -> bool:
-    """Whether a progress bar (``verbose`` 1 or "auto") or a callback overriding one of ``hooks`` reads each
-    batch's logs, on this replica (:meth:`KerasReplica._agreed` makes it one answer for all)."""
-    if verbose in (1, "auto", True):
-        return True
-    from keras.src.utils.python_utils import is_default
-
-    listed = callbacks.callbacks if hasattr(callbacks, "callbacks") else list(callbacks or [])
-    return any(not is_default(getattr(cb, hook)) for cb in listed for hook in hooks)
-
-
-def _leading(x) -> int:
-    from keras import tree
-
-    return int(next(a for a in tree.flatten(x) if a is not None).shape[0])
-
-
-def _unpack(data) -> tuple:
-    if isinstance(data, tuple) and 1 <= len(data) <= 3:
-        return tuple(data) + (None,) * (3 - len(data))
-    return data, None, None
-
-
-def _split_validation(x, y, sample_weight, fraction):
-    """The last ``fraction`` of the arrays for validation, before any shuffling (as Keras's validation_split)."""
-    from keras.src.trainers.data_adapters.array_slicing import train_validation_split
-
-    return train_validation_split((x, y, sample_weight), validation_split=fraction)
