@@ -309,3 +309,20 @@ def input_fn(files, batch_size):
 """
     assert "TF008" in ids(src.format(pre=""))
     assert "TF008" not in ids(src.format(pre=".prefetch(1)"))
+
+
+def test_tfds_load_unpacked_into_nested_names():
+    """TensorFlow's own TFDS tutorial: ``(ds_train, ds_test), ds_info = tfds.load(..., with_info=True)``; the
+    nested names are tf.data pipelines, so the training one's serial map (TF009) and missing prefetch (TF008)
+    are reported."""
+    src = """
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+(ds_train, ds_test), ds_info = tfds.load("mnist", split=["train", "test"], as_supervised=True, with_info=True)
+ds_train = ds_train.map(normalize_img{par}).batch(128){pre}
+model.fit(ds_train, epochs=6, validation_data=ds_test)
+"""
+    assert {"TF008", "TF009"} <= ids(src.format(par="", pre=""))
+    assert not {"TF008", "TF009"} & ids(src.format(par=", num_parallel_calls=tf.data.AUTOTUNE",
+                                                     pre=".prefetch(tf.data.AUTOTUNE)"))

@@ -176,10 +176,10 @@ class Module:
                          and len(value.elts) == len(t.elts) else ((e, value) for e in t.elts))
             else:
                 pairs = ((t, node.value),)
-            for sub, val in pairs:
-                key = dotted(sub)
-                if key:
-                    self.assigns.setdefault(key, []).append(val)
+            for sub, val in pairs:  # ``(ds_train, ds_test), info = tfds.load(...)``: nested names get the value too
+                for key in map(dotted, sub.elts if isinstance(sub, (ast.Tuple, ast.List)) else (sub,)):
+                    if key:
+                        self.assigns.setdefault(key, []).append(val)
 
     # --- names -------------------------------------------------------------------------------------
     def qualname(self, node: ast.AST | None, _depth: int = 0) -> str | None:
