@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import re
 
-from allgpu.lint import bn_engines, bn_models, sampler_kinds, set_epoch, tfdata, torch_train
+from allgpu.lint import bn_engines, bn_models, loader_scope, sampler_kinds, set_epoch, tfdata, torch_train
 from allgpu.lint.caller_samplers import report_across_modules
 from allgpu.lint.class_accumulation import CLASS_ACCUMULATION, class_accumulation_backwards
 from allgpu.lint.accumulation import (engine_accumulation, no_sync_around_backward_only, stepped_every_k,
@@ -185,10 +185,10 @@ def check_pt003(ctx) -> None:
                                         "splits its stream by rank: every rank reads all of it")
             continue
         shuffle = star_kwarg(mod, call, "shuffle")[0]
-        shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True and not torch_train.one_rank_evaluation(mod, call, names)
+        shuffled = isinstance(shuffle, ast.Constant) and shuffle.value is True and not loader_scope.one_rank_evaluation(mod, call, names)
         if not (shuffled or any(n and _trains_over(ctx, n) for n in names)):
             continue
-        if not (torch_train.shards_by_rank(mod, ds) or torch_train.single_process_branch(mod, call)):  # or sharded by rank
+        if not (torch_train.shards_by_rank(mod, ds) or loader_scope.single_process_branch(mod, call)):  # or sharded by rank
             ctx.emit("PT003", call, "DataLoader under DDP without a DistributedSampler: every rank reads "
                                     "the whole dataset")
 
