@@ -219,3 +219,27 @@ def test_spawn_from_a_script_without_a_main_guard(tmp_path):
     assert result.returncode != 0
     assert "StrategyStartError" in result.stderr and 'if __name__ == "__main__":' in result.stderr, result.stderr
     assert "bootstrapping phase" not in result.stderr
+
+
+def _cell_function():
+    """A function as a notebook cell defines it: its module has no file."""
+    namespace = {"__name__": "__main_cell__"}
+    exec("def train():\n    return 1\n", namespace)
+    return namespace["train"]
+
+
+def test_launch_after_the_notebook_used_the_gpu_names_a_fix_that_works(monkeypatch):
+    """CUDA initialised in the kernel: launch picks spawn, which cannot take a cell's function. The error told the
+    user to pass start_method='fork', which cannot follow CUDA either; fork asked for explicitly failed in each
+    replica ("Cannot re-initialize CUDA in forked subprocess"). Both are refused up front with the fix that works."""
+    import torch
+
+    import allgpu
+    from allgpu.errors import StrategyStartError
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(StrategyStartError, match="restart the kernel") as error:
+        allgpu.launch(_cell_function(), devices=["/cpu:0", "/cpu:1"])
+    assert "start_method='fork' (the default" not in str(error.value)
+    with pytest.raises(StrategyStartError, match="Cannot re-initialize CUDA"):
+        allgpu.launch(_cell_function(), devices=["/cpu:0", "/cpu:1"], start_method="fork")

@@ -166,9 +166,10 @@ def launch(
     _refuse_inside_a_job()
     _check_arguments(fn, tuple(args), dict(kwargs or {}))
     device_list = resolve_replica_devices(num_replicas, devices, cpu_replicas_by_default=2)
+    cuda_initialised = torch.cuda.is_initialized()
     if start_method is None:
-        start_method = "spawn" if torch.cuda.is_initialized() else "fork"
-    _check_spawnable(fn, start_method)
+        start_method = "spawn" if cuda_initialised else "fork"
+    _check_spawnable(fn, start_method, cuda_initialised)
     ctx = mp.get_context(start_method)
     results = ctx.SimpleQueue()
     error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
@@ -256,17 +257,28 @@ def _check_arguments(fn: Callable, args: tuple, kwargs: dict) -> None:
         f"(strategy.replica_id_in_sync), or int(os.environ['LOCAL_RANK']) for the device index on this machine.")
 
 
-def _check_spawnable(fn: Callable, start_method: str) -> None:
-    """``spawn`` re-imports ``fn``'s module from its file in every replica: say so up front when there is none."""
+def _check_spawnable(fn: Callable, start_method: str, cuda_initialised: bool) -> None:
+    """``spawn`` re-imports ``fn``'s module from its file in every replica, and ``fork`` cannot follow CUDA: say so
+    up front, with the fix that works in this process (a notebook that already used the GPU has neither)."""
+    name = getattr(fn, "__qualname__", fn)
+    if start_method == "fork" and cuda_initialised:
+        raise StrategyStartError(
+            f"allgpu.launch(start_method='fork') cannot start {name!r}: CUDA is already initialised in this process (a "
+            "tensor or model was put on a GPU), and a forked replica cannot use it (\"Cannot re-initialize CUDA in "
+            "forked subprocess\"). Fix: restart the kernel (or program) and call launch before any GPU work, or leave "
+            "start_method out (spawn) with the function in a file you import.")
     if start_method != "spawn":
         return
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     path = getattr(module, "__file__", None)
     if not path or path.startswith("<") or not os.path.exists(path):
-        from allgpu.errors import StrategyStartError
-
+        why = ("spawn, as CUDA is already initialised in this process (a tensor or model was put on a GPU) and a "
+               "forked replica could not use it" if cuda_initialised else "start_method='spawn'")
+        fix = ("restart the kernel and call launch before any GPU work (fork, the default then, takes a function "
+               "defined here), or put the function in a file (train.py) and `from train import fn`"
+               if cuda_initialised else "start_method='fork' (the default while CUDA is not initialised), or save "
+               "the code to a file and run that")
         raise StrategyStartError(
-            f"allgpu.launch(start_method='spawn') cannot start {getattr(fn, '__qualname__', fn)!r}: spawn re-imports "
-            f"its module {getattr(fn, '__module__', '?')!r} from a file in every replica, and that module has none "
-            "(read from standard input, python -c, or an interactive session). Fix: start_method='fork' (the "
-            "default while CUDA is not initialised), or save the code to a file and run that.")
+            f"allgpu.launch() cannot start {name!r} with {why}: spawn re-imports its module "
+            f"{getattr(fn, '__module__', '?')!r} from a file in every replica, and that module has none (a notebook "
+            f"cell, standard input, python -c, or an interactive session). Fix: {fix}.")
