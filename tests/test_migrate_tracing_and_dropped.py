@@ -57,3 +57,30 @@ def test_a_from_import_of_a_name_keras3_dropped_is_kept_and_reported():
     assert "from keras.layers import Dense, Conv2D" in m.result  # names Keras 3 has are converted
     (line, why), = _kinds(m, NOT_CONVERTED)
     assert line == 2 and "multi_gpu_model" in why and "scope()" in why
+
+
+def test_raw_ops_with_a_keras_twin_are_rewritten_in_a_train_step_and_kept_in_input_code():
+    m = _migrate("""\
+        import tensorflow as tf
+
+        def augment(x):
+            return tf.concat([x, tf.zeros((2, 1))], axis=0)
+
+        ds = tf.data.Dataset.range(8).map(augment)
+
+        def train_step(self, real):
+            batch_size = tf.shape(real)[0]
+            z = tf.random.normal(shape=(batch_size, 4))
+            labels = tf.concat([tf.ones((batch_size, 1)), tf.zeros((batch_size, 1))], axis=0)
+            kl = tf.reduce_mean(tf.reduce_sum(tf.square(z) - tf.exp(z), axis=1))
+            other = tf.reduce_mean(input_tensor=z)
+            return labels, kl, other
+        """)
+    assert "return tf.concat([x, tf.zeros((2, 1))], axis=0)" in m.result  # input code: TensorFlow runs it
+    assert "batch_size = keras.ops.shape(real)[0]" in m.result
+    assert "z = keras.random.normal(shape=(batch_size, 4))" in m.result
+    assert "keras.ops.concatenate([keras.ops.ones((batch_size, 1)), keras.ops.zeros((batch_size, 1))], axis=0)" in m.result
+    assert "keras.ops.mean(keras.ops.sum(keras.ops.square(z) - keras.ops.exp(z), axis=1))" in m.result
+    assert "tf.reduce_mean(input_tensor=z)" in m.result  # a keyword the twin names otherwise: left, reported
+    assert [line for line, why in _kinds(m, NOT_CONVERTED)] == [13]
+    assert "import keras" in m.result

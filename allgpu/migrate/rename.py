@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import PositionProvider
 
-from allgpu.migrate import keras_api, names, reset_states, tape
+from allgpu.migrate import keras_api, names, ops, reset_states, tape
 from allgpu.migrate.cst import assigned_name, code, dotted, expr, qualify
 from allgpu.migrate.notes import CHANGED, KEPT, NOT_CONVERTED, Note
 from allgpu.migrate.scope_fix import insert_mirrors, keras_model_call
@@ -40,6 +40,7 @@ class Rename(cst.CSTTransformer):
         self._tf_data_depth = 0
         self._chains: set[int] = set()  # id() of the outermost chain nodes being handled whole
         self._scopes = 0     # open `with <strategy>.scope():` blocks
+        self._pinned = 0     # open `with tf.device(...):` blocks: their raw ops are left as they are
         self._functions = 0  # open def/class bodies: a model built there may be called inside a scope
         self._guards = 0     # open `if` blocks testing the replica (`if strategy.is_chief:`, `if rank == 0:`)
         self.models: dict[int, str] = {}  # line -> name: Keras models built outside any scope
@@ -139,6 +140,11 @@ class Rename(cst.CSTTransformer):
         if self.resets is not None and reset_states.is_reset_states(updated):
             return self._reset_states(original, updated)
         target = dotted(updated.func)
+        op = ops.twin(qualify(target, self.aliases), original) if not (self._tf_data_depth or self._pinned) else None
+        if op:  # a raw op with a keras.ops twin: the same arguments, on the model's torch tensors
+            self.leftovers.pop(self._where(original.func), None)
+            self.note(original, CHANGED, f"{target} -> {op} (the same arguments; it runs on PyTorch tensors)")
+            return updated.with_changes(func=expr(op))
         if target in names.POSITIONAL_LIMIT and dotted(original.func) != target:
             return self._limited(original, updated, target)
         if target not in names.STRATEGY_ARGS or dotted(original.func) == target:
@@ -206,10 +212,17 @@ class Rename(cst.CSTTransformer):
     # -- statements: models outside a scope, @tf.function, the tape step, imports ----------------------------------
     def visit_With(self, node: cst.With) -> None:
         self._scopes += any(_is_scope(item.item) for item in node.items)
+        self._pinned += self._pins_device(node)
 
     def leave_With(self, original: cst.With, updated: cst.With) -> cst.With:
         self._scopes -= any(_is_scope(item.item) for item in original.items)
+        self._pinned -= self._pins_device(original)
         return updated
+
+    def _pins_device(self, node: cst.With) -> bool:
+        """``with tf.device(...)``: TensorFlow device code, left whole (its ops stay TensorFlow's, each reported)."""
+        return any(isinstance(i.item, cst.Call) and qualify(dotted(i.item.func), self.aliases) == "tensorflow.device"
+                   for i in node.items)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._functions += 1
