@@ -166,10 +166,7 @@ def launch(
     _refuse_inside_a_job()
     _check_arguments(fn, tuple(args), dict(kwargs or {}))
     device_list = resolve_replica_devices(num_replicas, devices, cpu_replicas_by_default=2)
-    cuda_initialised = torch.cuda.is_initialized()
-    if start_method is None:
-        start_method = "spawn" if cuda_initialised else "fork"
-    _check_spawnable(fn, start_method, cuda_initialised)
+    start_method = _check_spawnable(fn, start_method, torch.cuda.is_initialized())
     ctx = mp.get_context(start_method)
     results = ctx.SimpleQueue()
     error_dir = tempfile.mkdtemp(prefix="allgpu-errors-")
@@ -257,9 +254,11 @@ def _check_arguments(fn: Callable, args: tuple, kwargs: dict) -> None:
         f"(strategy.replica_id_in_sync), or int(os.environ['LOCAL_RANK']) for the device index on this machine.")
 
 
-def _check_spawnable(fn: Callable, start_method: str, cuda_initialised: bool) -> None:
-    """``spawn`` re-imports ``fn``'s module from its file in every replica, and ``fork`` cannot follow CUDA: say so
-    up front, with the fix that works in this process (a notebook that already used the GPU has neither)."""
+def _check_spawnable(fn: Callable, start_method: str | None, cuda_initialised: bool) -> str:
+    """The start method (default: spawn once CUDA is initialised, else fork). ``spawn`` re-imports ``fn``'s module
+    from its file in every replica, and ``fork`` cannot follow CUDA: say so up front, with the fix that works in
+    this process (a notebook that already used the GPU has neither)."""
+    start_method = start_method or ("spawn" if cuda_initialised else "fork")
     name = getattr(fn, "__qualname__", fn)
     if start_method == "fork" and cuda_initialised:
         raise StrategyStartError(
@@ -268,7 +267,7 @@ def _check_spawnable(fn: Callable, start_method: str, cuda_initialised: bool) ->
             "forked subprocess\"). Fix: restart the kernel (or program) and call launch before any GPU work, or leave "
             "start_method out (spawn) with the function in a file you import.")
     if start_method != "spawn":
-        return
+        return start_method
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     path = getattr(module, "__file__", None)
     if not path or path.startswith("<") or not os.path.exists(path):
@@ -282,3 +281,4 @@ def _check_spawnable(fn: Callable, start_method: str, cuda_initialised: bool) ->
             f"allgpu.launch() cannot start {name!r} with {why}: spawn re-imports its module "
             f"{getattr(fn, '__module__', '?')!r} from a file in every replica, and that module has none (a notebook "
             f"cell, standard input, python -c, or an interactive session). Fix: {fix}.")
+    return start_method
