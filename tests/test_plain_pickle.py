@@ -5,6 +5,7 @@ classes): before, ``torch.save`` failed with ``Can't pickle local object 'watch_
 import copy
 import io
 
+import pytest
 import torch
 
 import allgpu
@@ -64,5 +65,18 @@ def test_a_mirrored_model_saves_loads_and_deep_copies_as_the_plain_model():
         weight = model.decoder.weight  # the live model's assign=True load still keeps the mirrored parameter
         model.load_state_dict({k: v * 0 for k, v in model.state_dict().items()}, assign=True)
         assert model.decoder.weight is weight and float(weight.detach().abs().sum()) == 0
+    finally:
+        strategy.close()
+
+
+def test_torch_save_of_a_sharded_model_names_full_state_dict():
+    # before: a bare PicklingError ("Can't pickle <class '...FSDPSequential'>: attribute lookup ... failed")
+    strategy = allgpu.FullyShardedStrategy(num_replicas=1)
+    try:
+        with strategy.scope():
+            model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        model(torch.zeros(2, 4)).sum().backward()
+        with pytest.raises(allgpu.errors.UnsupportedError, match=r"torch.save\(strategy.full_state_dict\(model\)"):
+            torch.save(model, io.BytesIO())
     finally:
         strategy.close()

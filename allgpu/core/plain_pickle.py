@@ -11,7 +11,8 @@ and a stream holding them would not load with ``weights_only=True`` (torch's def
 instance, before ``nn.Module``'s): its class's state without allgpu's hook entries, without ``_allgpu_*``
 attributes and the ``no_sync`` a mirrored root is given, and without itself, so the file is what torch saves for
 the module never mirrored, and a deep copy is a plain, unmirrored module (mirror it with ``strategy.mirror`` to
-train it). The live module keeps its hooks.
+train it). The live module keeps its hooks. A model ``FullyShardedStrategy`` sharded cannot be pickled (FSDP2's
+generated class, shards): ``torch.save(model)`` of it is an ``UnsupportedError`` naming ``strategy.full_state_dict``.
 The reason and the scope are in ``docs/architecture.md``.
 """
 
@@ -22,6 +23,8 @@ import weakref
 from collections import OrderedDict
 
 from torch import nn
+
+from allgpu.errors import UnsupportedError
 
 _KEY = "__getstate__"
 
@@ -40,6 +43,13 @@ class _PlainState:
 
     def __call__(self):
         module = self._ref()
+        if _sharded(module):
+            raise UnsupportedError(
+                f"torch.save(model) of a model FullyShardedStrategy sharded: its class {type(module).__name__} is one "
+                "FSDP2 generated and its parameters are shards, which PyTorch cannot pickle (a bare PicklingError). "
+                "Fix: torch.save(strategy.full_state_dict(model), path) on every replica (replica 0 writes a plain "
+                "state dict) and load it into a model built the same way; or allgpu.checkpoint.save for a sharded "
+                "checkpoint.")
         state = type(module).__getstate__(module)
         if not isinstance(state, dict):
             return state  # a class's own state format: not ours to edit
@@ -54,6 +64,12 @@ class _PlainState:
             elif ours and _is_hook_dict(value) and ours & value.keys():
                 state[name] = OrderedDict((k, v) for k, v in value.items() if k not in ours)
         return state
+
+
+def _sharded(module: nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
 
 
 def _is_hook_dict(value) -> bool:
