@@ -128,6 +128,7 @@ class KerasReplica:
             if getattr(model, "compiled", False) and has_targets:
                 model._symbolic_build(data_batch=batch)
             elif not model.built:  # predict() (no targets to build the loss from): build it by calling it
+                _check_callable(model)
                 model(batch[0] if isinstance(batch, tuple) else batch)
         self.mirror_built_variables()
         model.train_function = self._train_step
@@ -372,3 +373,14 @@ class KerasReplica:
                 cursor[r] += n
         return np.concatenate(pieces)
 
+
+def _check_callable(model) -> None:
+    """A model Keras 3 cannot build by calling it (no ``call()``: a GAN whose ``train_step`` calls its parts)."""
+    import keras
+
+    if type(model).call is keras.Model.call:
+        raise UnsupportedError(
+            f"{type(model).__name__} defines no call() and is not built, so Keras 3 cannot build it from a batch "
+            "(plain Keras 3 refuses it too: 'Unable to automatically build the model'; TensorFlow's Keras 2 fit did "
+            "not need to). Fix: end its __init__ with `self.built = True` when its sub-models are built (each "
+            "with a keras.Input), as keras-io's Keras 3 GAN does, or define call().")
