@@ -21,7 +21,6 @@ from allgpu.runtime import env as launch_env
 from allgpu.runtime import job_identity
 from allgpu.runtime.cluster import ClusterSpec
 from allgpu.runtime.engines import discover, launcher
-from allgpu.runtime.process_group import no_group_to_fork
 from allgpu.runtime.replicas import held_store
 from allgpu.runtime.script_command import die_with_parent
 from allgpu.runtime.threads import threads_per_replica
@@ -174,6 +173,8 @@ def launch(
     # done (torchrun's agent store): no other program or parallel job can take the port between its choice and the
     # replicas' init_process_group, as with a port found free, released and bound again by replica 0.
     store, job_id = _job_store(len(device_list), timeout)
+    from allgpu.runtime.process_group import no_group_to_fork  # imports torch: not at `import allgpu`
+
     with no_group_to_fork() if start_method == "fork" else contextlib.nullcontext():
         context = mp.start_processes(
             _replica_main,
