@@ -84,3 +84,35 @@ def test_raw_ops_with_a_keras_twin_are_rewritten_in_a_train_step_and_kept_in_inp
     assert "tf.reduce_mean(input_tensor=z)" in m.result  # a keyword the twin names otherwise: left, reported
     assert [line for line, why in _kinds(m, NOT_CONVERTED)] == [13]
     assert "import keras" in m.result
+
+
+def test_a_model_with_train_step_and_no_call_is_told_it_needs_built():
+    m = _migrate("""\
+        import tensorflow as tf
+
+        class GAN(tf.keras.Model):
+            def __init__(self, discriminator, generator):
+                super().__init__()
+                self.discriminator, self.generator = discriminator, generator
+
+            def train_step(self, data):
+                return {}
+
+        class Ready(tf.keras.Model):
+            def __init__(self, generator):
+                super().__init__()
+                self.generator = generator
+                self.built = True
+
+            def train_step(self, data):
+                return {}
+
+        class Callable(tf.keras.Model):
+            def call(self, x):
+                return x
+
+            def train_step(self, data):
+                return {}
+        """)
+    (line, why), = _kinds(m, NOT_CONVERTED)
+    assert line == 3 and "class GAN" in why and "self.built = True" in why

@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import PositionProvider
 
-from allgpu.migrate import keras_api, names, ops, reset_states, tape
+from allgpu.migrate import keras_api, model_build, names, ops, reset_states, tape
 from allgpu.migrate.cst import assigned_name, code, dotted, expr, qualify
 from allgpu.migrate.notes import CHANGED, KEPT, NOT_CONVERTED, Note
 from allgpu.migrate.scope_fix import insert_mirrors, keras_model_call
@@ -229,6 +229,8 @@ class Rename(cst.CSTTransformer):
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._functions -= 1
+        if model_build.needs_built(updated):
+            self.note(original, NOT_CONVERTED, f"class {original.name.value}: {model_build.NOTE}")
         return updated
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
