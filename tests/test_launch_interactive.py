@@ -158,6 +158,13 @@ with strategy.scope():
 x = torch.randn(64, 8)
 allgpu.fit(model, optimizer, torch.nn.CrossEntropyLoss(), TensorDataset(x, (x[:, 0] > 0).long()), epochs=1,
            global_batch_size=32, strategy=strategy)
+''', '''
+def ask():
+    return input("learning rate? ")
+try:
+    allgpu.launch(ask, num_replicas=2)
+except allgpu.errors.ReplicaFailedError as error:
+    print("input refused:", "read the value before launch" in str(error))
 ''']
 
 
@@ -184,6 +191,8 @@ def test_fit_in_a_notebook_through_launch(tmp_path):
     # display under an "install ipywidgets" warning. Text lines now.
     direct = "".join(o.get("text", "") for o in notebook.cells[4].outputs if o["output_type"] == "stream")
     assert "epoch 1/1" in direct and "loss" in direct and "ipywidgets" not in direct, notebook.cells[4].outputs
+    # input() in a replica: ipykernel's asks the notebook through the kernel's sockets; the cell waited for ever
+    assert "input refused: True" in notebook.cells[5].outputs[-1]["text"], notebook.cells[5].outputs
 
 
 @pytest.mark.replicas

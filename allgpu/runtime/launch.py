@@ -6,6 +6,7 @@ torchrun's variables and the :mod:`allgpu.runtime.env` contract, so a strategy c
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import io
 import os
@@ -40,6 +41,7 @@ def _replica_main(rank, fn, devices, port, job_id, error_dir, timeout_s, args, k
         torch.set_num_threads(threads_per_replica(len(devices)))
     if forked:
         _whole_lines_to_the_kernel()
+    builtins.input = _no_input
     try:
         value = fn(*args, **kwargs)
     finally:
@@ -72,6 +74,15 @@ class _WholeLines:
 
     def __getattr__(self, name):  # fileno, isatty, encoding...: the stream's
         return getattr(self._stream, name)
+
+
+def _no_input(prompt: object = "") -> str:
+    """``input()`` in a replica: its standard input is os.devnull (multiprocessing's), and ipykernel's ``input`` asks
+    the notebook through the kernel's sockets, which a forked replica cannot use: it waited for ever."""
+    raise EOFError(
+        "input() in a replica that allgpu.launch started: a replica has no standard input, and only the kernel's own "
+        "process can ask the notebook for one. Fix: read the value before launch and pass it, "
+        "allgpu.launch(train, args=(value,)).")
 
 
 def _whole_lines_to_the_kernel() -> None:
