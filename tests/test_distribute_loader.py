@@ -63,3 +63,31 @@ def test_two_replicas_split_each_global_batch_of_the_loader(shuffle):
     assert seen == list(range(40))  # disjoint and complete
     in_order = [v for a, b in zip(first, second) for v in a + b]
     assert (in_order == list(range(40))) is (not shuffle)
+
+
+def test_a_loader_on_a_distributed_sampler_is_read_as_ddp_reads_it():
+    """A DDP port's (or Ray Train's prepare_data_loader's) loader: batch_size is per replica. Read as the global
+    batch, 2 replicas trained on half the batch the user meant (and took twice the steps), silently."""
+    from torch.utils.data import DistributedSampler
+
+    loader = DataLoader(DATA, batch_size=4, sampler=DistributedSampler(DATA, num_replicas=2, rank=0, shuffle=False))
+    batch, opts = batched_loader_settings(loader, None, dict(NOT_GIVEN), 2)
+    assert batch == 8 and opts["shuffle"] is False
+    with pytest.raises(ArgumentError, match="splits the data 2 ways, but the strategy has 4 replicas"):
+        batched_loader_settings(loader, None, dict(NOT_GIVEN), 4)
+
+
+def _ddp_loader_shards():
+    from torch.utils.data import DistributedSampler
+
+    strategy = allgpu.MirroredStrategy()
+    loader = DataLoader(DATA, batch_size=4, sampler=DistributedSampler(DATA, shuffle=False), drop_last=True)
+    return [y.tolist() for _, y in strategy.distribute_dataset(loader)]
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(120)
+def test_two_replicas_given_a_distributed_sampler_loader_take_its_per_replica_batch():
+    first, second = allgpu.launch(_ddp_loader_shards, num_replicas=2)
+    assert all(len(b) == 4 for b in first + second) and len(first) == len(second) == 5
+    assert [v for a, b in zip(first, second) for v in a + b] == list(range(40))  # global batches of 8, in order

@@ -140,15 +140,20 @@ def as_map_dataset(data):
     return data
 
 
-def batched_loader_settings(dataset, global_batch_size: int | None, options: dict) -> tuple[int, dict]:
+def batched_loader_settings(dataset, global_batch_size: int | None, options: dict,
+                            num_replicas: int | None = None) -> tuple[int, dict]:
     """``(global_batch_size, options)`` for ``distribute_dataset``, taking what a batching ``DataLoader`` says.
 
     A ``DataLoader`` passed without ``global_batch_size`` is read as ``tf.distribute`` reads a batched
     ``tf.data`` dataset: its ``batch_size`` is the global batch, and its shuffling (a ``RandomSampler``),
     ``drop_last``, ``collate_fn`` and ``num_workers`` carry over unless given in ``options`` (None there means
-    "not given"). Raises ArgumentError when there is no global batch size to use.
+    "not given"). A loader on a ``DistributedSampler`` (a DDP port, Ray Train's ``prepare_data_loader``) is
+    DDP's: its ``batch_size`` is per replica, so the global batch is ``batch_size * sampler.num_replicas`` and the
+    sampler's ``shuffle`` carries over (its sharding is the strategy's to do). Raises ArgumentError when there is
+    no global batch size to use, or when that sampler was made for another number of replicas than
+    ``num_replicas`` (the strategy's).
     """
-    from torch.utils.data import RandomSampler, default_collate
+    from torch.utils.data import default_collate
 
     loader = dataset if isinstance(dataset, DataLoader) else None
     if global_batch_size is None:
@@ -156,13 +161,29 @@ def batched_loader_settings(dataset, global_batch_size: int | None, options: dic
             raise ArgumentError("distribute_dataset needs global_batch_size= (the batch of all replicas together), "
                                 "unless the dataset is a DataLoader with a batch_size, which is then the global batch "
                                 "(as for a batched tf.data dataset).")
-        global_batch_size = loader.batch_size
-        taken = {"shuffle": isinstance(loader.sampler, RandomSampler), "drop_remainder": loader.drop_last,
+        global_batch_size, shuffled = _loader_global_batch(loader, num_replicas)
+        taken = {"shuffle": shuffled, "drop_remainder": loader.drop_last,
                  "num_workers": loader.num_workers,
                  "collate_fn": None if loader.collate_fn is default_collate else loader.collate_fn}
         options = {k: taken.get(k) if v is None else v for k, v in options.items()}
     defaults = {"shuffle": True, "drop_remainder": True, "num_workers": "auto"}
     return global_batch_size, {k: defaults.get(k) if v is None else v for k, v in options.items()}
+
+
+def _loader_global_batch(loader: DataLoader, num_replicas: int | None) -> tuple[int, bool]:
+    """``(global batch, shuffled)`` a batching DataLoader stands for: tf.data's reading, or DDP's on a
+    DistributedSampler (per-replica batch; the numbers were silently halved at 2 replicas when read as global)."""
+    from torch.utils.data import DistributedSampler, RandomSampler
+
+    sampler = loader.sampler
+    if not isinstance(sampler, DistributedSampler):
+        return loader.batch_size, isinstance(sampler, RandomSampler)
+    if num_replicas is not None and sampler.num_replicas != num_replicas:
+        raise ArgumentError(
+            f"the DataLoader's DistributedSampler splits the data {sampler.num_replicas} ways, but the strategy has "
+            f"{num_replicas} replicas. Fix: pass the DataLoader without the DistributedSampler (or its dataset, "
+            "with global_batch_size=): the strategy gives each replica its share.")
+    return loader.batch_size * sampler.num_replicas, bool(sampler.shuffle)
 
 
 class EpochCounter:

@@ -321,7 +321,8 @@ class Strategy(ScopeVariables, TFNames):
         common seed, with no communication. Defaults: ``shuffle=True``, ``drop_remainder=True``,
         ``num_workers="auto"``; a ``DataLoader`` given without ``global_batch_size`` is read as a batched
         ``tf.data`` dataset: its ``batch_size`` is the global batch and its shuffling, ``drop_last``,
-        ``collate_fn`` and ``num_workers`` are kept (:func:`allgpu.core.data.batched_loader_settings`). A
+        ``collate_fn`` and ``num_workers`` are kept (on a ``DistributedSampler``, a DDP port's or Ray's
+        ``prepare_data_loader``'s, ``batch_size`` is per replica: :func:`allgpu.core.data.batched_loader_settings`). A
         ``tf.data.Dataset`` is split as ``tf.distribute`` splits it: :mod:`allgpu.keras.tf_data.distributed`.
         """
         self._one_program.fork()  # from now on each replica's torch stream (Dropout) is its own
@@ -332,7 +333,8 @@ class Strategy(ScopeVariables, TFNames):
         from_loader = global_batch_size is None and isinstance(dataset, DataLoader)
         global_batch_size, options = batched_loader_settings(
             dataset, global_batch_size, {"shuffle": shuffle, "num_workers": num_workers,
-                                         "drop_remainder": drop_remainder, "collate_fn": collate_fn})
+                                         "drop_remainder": drop_remainder, "collate_fn": collate_fn},
+            self.num_replicas_in_sync)
         return DistributedDataset(dataset.dataset if from_loader else dataset, global_batch_size=global_batch_size,
                                   num_replicas=self.num_replicas_in_sync, rank=self.replica_id_in_sync,
                                   device=self.device, seed=seed, local_replicas=self._local_replicas(),
