@@ -101,3 +101,42 @@ def test_fully_sharded_adopts_rays_process_group(one_worker, tmp_path):
     sharded, _ = _fit(tmp_path, "sharded", 2, strategy="FullyShardedStrategy")
     for key in one:
         torch.testing.assert_close(sharded[key], one[key], rtol=1e-4, atol=1e-6)
+
+
+def _kept_prepare_calls(config):
+    """Ray's own example kept as is around a strategy: prepare_data_loader's loader (per-worker batch 4 on a
+    DistributedSampler) and prepare_model's DDP around a model built in scope()."""
+    import ray.train
+    import ray.train.torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import allgpu
+    from allgpu.errors import UnsupportedError
+
+    strategy = allgpu.MultiWorkerMirroredStrategy()
+    loader = ray.train.torch.prepare_data_loader(DataLoader(TensorDataset(torch.arange(16.0)), batch_size=4))
+    sizes = [len(x) for (x,) in strategy.distribute_dataset(loader)]
+    with strategy.scope():
+        model = torch.nn.Linear(1, 1)
+    try:
+        ray.train.torch.prepare_model(model)(torch.zeros(1, 1))
+        message = "no error"
+    except UnsupportedError as exc:
+        message = str(exc)
+    Path(config["out"] + str(ray.train.get_context().get_world_rank())).write_text(f"{sizes}\n{message}")
+
+
+def test_rays_prepare_calls_kept_around_a_strategy(ray_cluster, tmp_path):
+    """prepare_data_loader's batch_size is per worker (read as the global batch it was halved, silently), and the
+    refusal of prepare_model's DDP names prepare_model (it told the user to drop a DDP(...) they never wrote)."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    out = str(tmp_path / "rank")
+    TorchTrainer(_kept_prepare_calls, train_loop_config={"out": out},
+                 scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+                 run_config=RunConfig(name="kept", storage_path=str(tmp_path / "ray"))).fit()
+    for rank in (0, 1):
+        sizes, message = Path(out + str(rank)).read_text().split("\n", 1)
+        assert sizes == "[4, 4]", sizes  # 16 examples, global batch 8: two steps of 4 per worker
+        assert "ray.train.torch.prepare_model(model)" in message and "a second time" in message, message

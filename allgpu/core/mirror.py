@@ -31,6 +31,7 @@ from allgpu.errors import NotMirroredError, UnsupportedError
 from allgpu.core.replica_group import ReplicaGroup
 from allgpu.core.scope_record import mirror_built_later, open_records
 from allgpu.keras import is_keras_model
+from allgpu.runtime.engines import ray as ray_engine
 
 
 def mirror_tensors(tensors: Iterable[torch.Tensor], group: ReplicaGroup, where: str = "strategy.scope() exit") -> None:
@@ -249,6 +250,12 @@ def _wrapped_message(module: torch.nn.Module) -> str:
     else:
         why = ("allgpu already runs one replica process per device, and DataParallel would copy the model to every "
                "visible GPU again inside each of them")
+    if kind == "DistributedDataParallel" and ray_engine.context() is not None:
+        # in a Ray Train worker the wrap is most likely ray.train.torch.prepare_model's, not a DDP(...) the user wrote
+        return (f"{kind} wraps a model built in strategy.scope(): {why}. In a Ray Train worker that wrap is "
+                "`ray.train.torch.prepare_model(model)`'s. Fix: drop the prepare_model call (or a DDP(...) wrapper) "
+                "and train the model itself: the strategy already placed it on Ray's device and averages its gradients "
+                "(docs/engines/ray.md).")
     return (f"{kind} wraps a model built in strategy.scope(): {why}. Fix: train the model itself; drop the "
             f"{kind}(...) wrapper (the strategy does what it did).")
 
