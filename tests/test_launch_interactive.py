@@ -34,10 +34,13 @@ def test_launch_after_a_one_replica_strategy_in_the_same_kernel(tmp_path):
         print("replicas", allgpu.launch(train, num_replicas=2), flush=True)
         print("after", dist.get_world_size(), first.reduce("sum", torch.ones(1)).item(), flush=True)
     """)
-    result = run_python([str(script)], timeout=90, cwd=tmp_path)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    result = run_python([str(script)], timeout=90, cwd=tmp_path, env={"TMPDIR": str(temp)})
     assert result.returncode == 0, result.stderr
     assert "replicas [2.0, 2.0]" in result.stdout
     assert "after 1 1.0" in result.stdout
+    assert not list(temp.glob("allgpu-errors-*")), "launch left its error folder in the temp folder"
 
 
 @pytest.mark.replicas
@@ -207,9 +210,13 @@ def test_a_script_that_changes_folder_before_its_strategy(tmp_path):
     """)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "x.txt").write_text("digits")
-    result = run_python(["train.py"], cwd=tmp_path, timeout=60)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    result = run_python(["train.py"], cwd=tmp_path, timeout=60, env={"TMPDIR": str(temp)})
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["replica 0 read digits", "replica 1 read digits"]
+    # every run left an empty allgpu-errors-* folder in /tmp (9,613 on this machine)
+    assert not list(temp.glob("allgpu-errors-*"))
 
 
 @pytest.mark.replicas

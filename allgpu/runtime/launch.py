@@ -11,6 +11,7 @@ import contextlib
 import io
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 import uuid
@@ -217,6 +218,7 @@ def launch(
             if process.is_alive():
                 process.kill()
         del store  # the server closes with its last reference: the port is free again
+        shutil.rmtree(error_dir, ignore_errors=True)
     _drain(results, values)
     return values
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -293,6 +294,7 @@ class ScriptReplicas:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        shutil.rmtree(self.error_dir, ignore_errors=True)  # one a run was left in /tmp, thousands on a test machine
         self._stopped.set()
 
     def _at_exit(self) -> None:
@@ -321,3 +323,4 @@ class ScriptReplicas:
                 self.stop()
                 os._exit(1)
         self._stopping = True
+        shutil.rmtree(self.error_dir, ignore_errors=True)
