@@ -188,14 +188,9 @@ def launch(
     from allgpu.runtime.process_group import no_group_to_fork  # imports torch: not at `import allgpu`
 
     with no_group_to_fork() if start_method == "fork" else contextlib.nullcontext():
-        context = mp.start_processes(
-            _replica_main,
-            args=(fn, device_list, store.port, job_id, error_dir, timeout, tuple(args), dict(kwargs or {}), results,
-                  start_method == "fork"),
-            nprocs=len(device_list),
-            join=False,
-            start_method=start_method,
-        )
+        context = mp.start_processes(_replica_main, nprocs=len(device_list), join=False, start_method=start_method,
+                                     args=(fn, device_list, store.port, job_id, error_dir, timeout, tuple(args),
+                                           dict(kwargs or {}), results, start_method == "fork"))
     values: list[Any] = [None] * len(device_list)
     try:
         # Drain results while waiting: a replica blocks writing a result larger than the pipe buffer (64 KiB)
