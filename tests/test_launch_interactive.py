@@ -259,3 +259,18 @@ def test_launch_after_the_notebook_used_the_gpu_names_a_fix_that_works(monkeypat
     assert "start_method='fork' (the default" not in str(error.value)
     with pytest.raises(StrategyStartError, match="Cannot re-initialize CUDA"):
         allgpu.launch(_cell_function(), devices=["/cpu:0", "/cpu:1"], start_method="fork")
+
+
+@pytest.mark.replicas
+def test_a_return_value_pickle_cannot_copy_is_named_as_such():
+    """A function returning a lambda failed as "replica 0 raised ... Can't pickle local object", as if training had."""
+    import allgpu
+    from allgpu.errors import ReplicaFailedError
+
+    with pytest.raises(ReplicaFailedError, match="cannot be sent back to the caller") as error:
+        allgpu.launch(_returns_a_lambda, devices=["/cpu:0", "/cpu:1"], start_method="fork")
+    assert "UnsupportedError" in error.value.remote_traceback and "state_dict()" in error.value.remote_traceback
+
+
+def _returns_a_lambda():
+    return lambda: 1

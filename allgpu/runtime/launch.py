@@ -50,7 +50,21 @@ def _replica_main(rank, fn, devices, port, job_id, error_dir, timeout_s, args, k
             stream.flush()
     _meet_at_end()
     # Plain pickle: torch's queue reduction shares memory by file descriptor, gone once the replica exits.
-    results.put((rank, pickle.dumps(value)))
+    results.put((rank, _pickled(value, fn)))
+
+
+def _pickled(value, fn) -> bytes:
+    """``fn``'s return value for the caller; one pickle cannot copy (a lambda, a generator, an open file) is said to
+    be that, not a failure of the replica's training ("replica 0 raised ... Can't pickle local object")."""
+    try:
+        return pickle.dumps(value)
+    except Exception as exc:  # pickle raises PicklingError, TypeError or AttributeError
+        from allgpu.errors import UnsupportedError
+
+        raise UnsupportedError(
+            f"{getattr(fn, '__qualname__', fn)} returned a {type(value).__name__} that cannot be sent back to the caller "
+            f"of allgpu.launch ({exc}); its training ran to the end. Fix: return what pickle can copy (tensors, numbers, "
+            "model.state_dict()), or save the rest to a file in the function.") from exc
 
 
 class _WholeLines:
