@@ -84,9 +84,27 @@ def script_command() -> list[str]:
     if reason:
         raise StrategyStartError(reason)
     argv[0] = sys.executable
+    argv = _without_debugger(argv, sys.modules.get("__main__"))
     options = len(argv) - len(sys.argv)  # python's own options come before the script (or -m module)
     # python -i train.py: each copy opened a prompt of its own after the script (">>>" on the shared terminal)
     return [a for i, a in enumerate(argv) if not (a == "-i" and 0 < i < options)]
+
+
+_DEBUGGERS = {"pdb", "ipdb", "pudb", "debugpy"}
+
+
+def _without_debugger(argv: list[str], main) -> list[str]:
+    """``python -m pdb train.py`` (ipdb, pudb, debugpy): the copies run the script itself. Each copy started the
+    debugger too, which read no input and quit, and the job ended with "replica 1 exited with code 0 before
+    joining"; debugpy's copies would listen on the same port. Replica 0 stays in the debugger."""
+    options = argv[:len(argv) - len(sys.argv)]  # python's own options, then -m and the runner's
+    main_path = getattr(main, "__file__", None)
+    if "-m" not in options or not main_path:
+        return argv
+    at = options.index("-m")
+    if options[at + 1:at + 2] != [] and options[at + 1] in _DEBUGGERS:
+        return [*argv[:at], main_path, *sys.argv[1:]]
+    return argv
 
 
 _FIX = "put the training in a function and call allgpu.launch(fn, num_replicas=N)"
