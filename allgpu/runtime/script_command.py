@@ -90,11 +90,13 @@ def script_command() -> list[str]:
     return [a for i, a in enumerate(argv) if not (a == "-i" and 0 < i < options)]
 
 
-_DEBUGGERS = {"pdb", "ipdb", "pudb", "debugpy"}
+# Runners of a script that belong to replica 0 alone: debuggers, and profilers (each copy wrote the same -o file,
+# or printed its own statistics into the shared output).
+_DEBUGGERS = {"pdb", "ipdb", "pudb", "debugpy", "cProfile", "profile"}
 
 
 def _without_debugger(argv: list[str], main) -> list[str]:
-    """``python -m pdb train.py`` (ipdb, pudb, debugpy): the copies run the script itself. Each copy started the
+    """``python -m pdb train.py`` (ipdb, pudb, debugpy, cProfile, profile): the copies run the script itself. Each copy started the
     debugger too, which read no input and quit, and the job ended with "replica 1 exited with code 0 before
     joining"; debugpy's copies would listen on the same port. Replica 0 stays in the debugger."""
     options = argv[:len(argv) - len(sys.argv)]  # python's own options, then -m and the runner's
