@@ -91,3 +91,16 @@ def test_two_replicas_given_a_distributed_sampler_loader_take_its_per_replica_ba
     first, second = allgpu.launch(_ddp_loader_shards, num_replicas=2)
     assert all(len(b) == 4 for b in first + second) and len(first) == len(second) == 5
     assert [v for a, b in zip(first, second) for v in a + b] == list(range(40))  # global batches of 8, in order
+
+
+def test_sampler_set_epoch_kept_from_a_ddp_or_ray_port_picks_the_epoch():
+    """`loader.sampler.set_epoch(epoch)` (Ray's and DDP's loop, kept after the port; needed to resume a user's own
+    loop at the right order) was an AttributeError on the strategy's sampler."""
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    loader = strategy.distribute_dataset(DATA, global_batch_size=8, num_workers=0)
+    epochs = [[y.tolist() for _, y in loader] for _ in range(3)]
+    loader.sampler.set_epoch(2)
+    assert [y.tolist() for _, y in loader] == epochs[2]
+    assert [y.tolist() for _, y in loader] != epochs[2]  # and the next iteration goes on to epoch 3
+    loader.sampler.set_epoch(1)
+    assert [y.tolist() for _, y in loader] == epochs[1]

@@ -277,6 +277,9 @@ class DistributedDataset:
             self._verify((type(self.dataset).__name__, len(self.dataset)),
                          lambda: fingerprint(len(examples), examples.__getitem__), "distribute_dataset")
             self._verify = None
+        if self.sampler.requested_epoch is not None:  # loader.sampler.set_epoch(e), a DDP port's spelling
+            self.set_epoch(self.sampler.requested_epoch)
+            self.sampler.requested_epoch = None
         epoch, start = self._resume if self._resume else (self._next_epoch, 0)
         self._resume = None
         self.sampler.epoch, self.sampler.start_step = epoch, start

@@ -63,6 +63,7 @@ class ShardSampler(Sampler):
         self.drop_remainder = drop_remainder
         self.epoch = 0
         self.start_step = 0
+        self.requested_epoch: int | None = None  # set_epoch's, read by the DistributedDataset at its next iteration
         if length == 0:
             raise InputError("the dataset is empty (0 examples), so there is nothing to train on. Fix: check what "
                              "built it (a path, a filter, a split that selected nothing).")
@@ -72,6 +73,11 @@ class ShardSampler(Sampler):
                 "drop_remainder=True, so an epoch would have no step. Fix: a smaller global_batch_size or "
                 "drop_remainder=False."
             )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration of the distributed dataset epoch ``epoch``: DistributedSampler's spelling, kept by
+        a DDP or Ray Train port (``loader.sampler.set_epoch(epoch)``); the same as ``dataset.set_epoch(epoch)``."""
+        self.requested_epoch = int(epoch)
 
     def steps_per_epoch(self) -> int:
         full, rest = divmod(self.length, self.global_batch_size)
