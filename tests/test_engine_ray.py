@@ -113,7 +113,12 @@ def _kept_prepare_calls(config):
     import allgpu
     from allgpu.errors import UnsupportedError
 
-    strategy = allgpu.MultiWorkerMirroredStrategy()
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        strategy = allgpu.MirroredStrategy(num_replicas=4)  # Ray started 2: the warning names Ray's setting
+    told = " ".join(str(w.message) for w in caught if "asks for 4 replicas" in str(w.message))
     loader = ray.train.torch.prepare_data_loader(DataLoader(TensorDataset(torch.arange(16.0)), batch_size=4))
     sizes = [len(x) for (x,) in strategy.distribute_dataset(loader)]
     with strategy.scope():
@@ -123,12 +128,13 @@ def _kept_prepare_calls(config):
         message = "no error"
     except UnsupportedError as exc:
         message = str(exc)
-    Path(config["out"] + str(ray.train.get_context().get_world_rank())).write_text(f"{sizes}\n{message}")
+    Path(config["out"] + str(ray.train.get_context().get_world_rank())).write_text(f"{sizes}\n{told}\n{message}")
 
 
 def test_rays_prepare_calls_kept_around_a_strategy(ray_cluster, tmp_path):
-    """prepare_data_loader's batch_size is per worker (read as the global batch it was halved, silently), and the
-    refusal of prepare_model's DDP names prepare_model (it told the user to drop a DDP(...) they never wrote)."""
+    """prepare_data_loader's batch_size is per worker (read as the global batch it was halved, silently), the
+    refusal of prepare_model's DDP names prepare_model (it told the user to drop a DDP(...) they never wrote), and
+    num_replicas=4 in a 2-worker job is told to change ScalingConfig (it named srun and torchrun flags)."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -137,6 +143,8 @@ def test_rays_prepare_calls_kept_around_a_strategy(ray_cluster, tmp_path):
                  scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
                  run_config=RunConfig(name="kept", storage_path=str(tmp_path / "ray"))).fit()
     for rank in (0, 1):
-        sizes, message = Path(out + str(rank)).read_text().split("\n", 1)
+        sizes, told, message = Path(out + str(rank)).read_text().split("\n", 2)
         assert sizes == "[4, 4]", sizes  # 16 examples, global batch 8: two steps of 4 per worker
+        if rank == 0:  # said once a machine (local rank 0), naming Ray's setting, not srun's or torchrun's flags
+            assert "Ray Train started 2 processes" in told and "ScalingConfig(num_workers=...)" in told, told
         assert "ray.train.torch.prepare_model(model)" in message and "a second time" in message, message

@@ -117,11 +117,13 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
             release_solo_group(force=True)
         install_replica_excepthook(spec.rank, launched.error_dir)
         if wanted is not None and wanted != spec.local_world_size and spec.local_rank == 0:
+            start = ("ScalingConfig(num_workers=...)" if spec.source == "Ray Train"  # not a launcher's flags
+                     else "srun -n / --ntasks-per-node, --nproc-per-node")
             warn_user(f"{name} asks for {wanted} replicas here (devices/num_replicas), but {spec.source} started "
                       f"{spec.local_world_size} process{'es' if spec.local_world_size != 1 else ''} on this machine "
                       f"({spec.world_size} in the job), each one replica: the job runs {spec.world_size}. Fix: start "
-                      f"{wanted} per machine (srun -n / --ntasks-per-node, --nproc-per-node), or leave devices and "
-                      "num_replicas out under a launcher.", RuntimeWarning)
+                      f"{wanted} per machine ({start}), or leave devices and num_replicas out under a launcher.",
+                      RuntimeWarning)
         if launched.error_dir:  # a replica allgpu started (launch-free, or allgpu run): its stdout is shared
             whole_lines()
         device = launched_device(spec.local_rank, launched)
