@@ -182,8 +182,7 @@ class FullyShardedStrategy(MirroredStrategy):
             replaced.update({id(old): after[name] for name, old in before})
             originals.extend(old for _, old in before)
             self._sync.attach(root)
-            if not hasattr(root, "no_sync"):  # FSDP1's and DDP's `with model.no_sync():`, kept by a ported script
-                root.__dict__["no_sync"] = self.no_sync  # dropped when pickled (allgpu.core.plain_pickle)
+            self._offer_no_sync(root)  # FSDP1's and DDP's `with model.no_sync():`, kept by a ported script
             self._forwards.watch(root)  # a forward on some replicas only is named at its first all-gather
             watch_assign(root, keep=lambda p: False, adopt=mark_mirrored)  # FSDP2 adopts what assign=True loads
             self._sharded.add(root)

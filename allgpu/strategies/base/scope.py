@@ -132,15 +132,20 @@ class ScopeVariables:
     def _watch_assign(self, roots: list) -> None:
         """``load_state_dict(assign=True)`` on these roots keeps their mirrored parameters
         (:mod:`allgpu.core.assign_load`)."""
+        roots = [r for r in roots if not keras_support.is_keras_model(r)]
         watch_flag = getattr(self._sync, "watch_flag", None)  # DDP's require_backward_grad_sync (GradientSync only)
         if watch_flag is not None:
-            watch_flag([r for r in roots if not keras_support.is_keras_model(r)])
-            for root in roots:  # DDP's `with model.no_sync():`, kept by a ported script (timm tests hasattr first)
-                if not keras_support.is_keras_model(root) and not hasattr(root, "no_sync"):
-                    root.__dict__["no_sync"] = self.no_sync  # dropped when pickled (allgpu.core.plain_pickle)
+            watch_flag(roots)
         for root in roots:
-            if not keras_support.is_keras_model(root):
-                watch_assign(root, keep=lambda p: id(p) in self._mirrored_ids, adopt=lambda new: None)
+            if watch_flag is not None:
+                self._offer_no_sync(root)
+            watch_assign(root, keep=lambda p: id(p) in self._mirrored_ids, adopt=lambda new: None)
+
+    def _offer_no_sync(self, root: torch.nn.Module) -> None:
+        """DDP's and FSDP1's ``with model.no_sync():``, kept by a ported script (timm tests ``hasattr`` first): the
+        root gets the strategy's :meth:`no_sync` unless it has one (dropped when pickled: allgpu.core.plain_pickle)."""
+        if not hasattr(root, "no_sync"):
+            root.__dict__["no_sync"] = self.no_sync
 
     def _mirror(self, params: list, buffers: list) -> None:
         params = [p for p in params if id(p) not in self._mirrored_ids]
