@@ -8,8 +8,11 @@ from __future__ import annotations
 def shows_batch_logs(verbose, callbacks, *hooks: str) -> bool:
     """Whether a progress bar (``verbose`` 1 or "auto") or a callback overriding one of ``hooks`` reads each
     batch's logs, on this replica (:meth:`~allgpu.keras.replica.KerasReplica._agreed` makes it one answer for all)."""
-    if verbose in (1, "auto", True):
-        return True
+    return verbose in (1, "auto", True) or overrides_any(callbacks, hooks)
+
+
+def overrides_any(callbacks, hooks) -> bool:
+    """Whether a callback in ``callbacks`` (a list, or Keras's ``CallbackList``) overrides one of ``hooks``."""
     from keras.src.utils.python_utils import is_default
 
     listed = callbacks.callbacks if hasattr(callbacks, "callbacks") else list(callbacks or [])

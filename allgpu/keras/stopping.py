@@ -15,7 +15,7 @@ from __future__ import annotations
 import keras
 import torch
 
-from keras.src.utils.python_utils import is_default
+from allgpu.keras.fit_args import overrides_any
 
 _BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end")
 
@@ -51,6 +51,6 @@ class AgreeStop(keras.callbacks.Callback):
 def stop_hooks_per_batch(callbacks: list, strategy) -> bool:
     """Whether any replica was given a callback with a batch hook of training (where it could set
     ``stop_training`` mid-epoch). A collective: every replica gets the same answer."""
-    mine = any(not is_default(getattr(getattr(cb, "inner", cb), hook)) for cb in callbacks for hook in _BATCH_HOOKS)
+    mine = overrides_any([getattr(cb, "inner", cb) for cb in callbacks], _BATCH_HOOKS)  # a writer's own, unwrapped
     flag = torch.tensor(int(mine), dtype=torch.int64, device=strategy.device)
     return bool(int(strategy.reduce("max", flag)))
