@@ -12,6 +12,7 @@ import io
 import os
 import pickle
 import shutil
+import socket
 import sys
 import tempfile
 import uuid
@@ -23,7 +24,6 @@ from allgpu.runtime import env as launch_env
 from allgpu.runtime import job_identity
 from allgpu.runtime.cluster import ClusterSpec
 from allgpu.runtime.engines import discover, launcher
-from allgpu.runtime.replicas import held_store
 from allgpu.runtime.script_command import die_with_parent
 from allgpu.runtime.threads import threads_per_replica
 
@@ -198,15 +198,17 @@ def launch(
     # This process hosts the rendezvous store on a port the OS picks and that stays bound until the replicas are
     # done (torchrun's agent store): no other program or parallel job can take the port between its choice and the
     # replicas' init_process_group, as with a port found free, released and bound again by replica 0.
-    store, job_id = _job_store(len(device_list), timeout)
+    listening, job_id = _listening_socket(), f"allgpu job {uuid.uuid4().hex[:12]}"
     from allgpu.runtime.process_group import no_group_to_fork  # imports torch: not at `import allgpu`
 
     with no_group_to_fork() if start_method == "fork" else contextlib.nullcontext():
         context = mp.start_processes(_replica_main, nprocs=len(device_list), join=False, start_method=start_method,
-                                     args=(fn, device_list, store.port, job_id, error_dir, timeout, tuple(args),
-                                           dict(kwargs or {}), results, start_method == "fork"))
+                                     args=(fn, device_list, listening.getsockname()[1], job_id, error_dir, timeout,
+                                           tuple(args), dict(kwargs or {}), results, start_method == "fork"))
     values: list[Any] = [None] * len(device_list)
+    store = None
     try:
+        store = _job_store(listening, len(device_list), timeout, job_id)
         # Drain results while waiting: a replica blocks writing a result larger than the pipe buffer (64 KiB)
         # until it is read, so joining first would wait forever.
         while not context.join(timeout=0.05):
@@ -232,14 +234,30 @@ def launch(
     return values
 
 
-def _job_store(replicas: int, timeout: float | None):
-    """The job's store, hosted by this process on a port it keeps bound, and the job's id, which the store holds
-    for every replica to check at the rendezvous (:mod:`allgpu.runtime.job_identity`)."""
-    store = held_store("127.0.0.1", launch_env.resolve_timeout(timeout, launch_env.LaunchEnv()))
-    job_id = f"allgpu job {uuid.uuid4().hex[:12]}"
-    spec = ClusterSpec(0, replicas, 0, replicas, "127.0.0.1", store.port, "allgpu", job_id)
+def _listening_socket() -> socket.socket:
+    """A socket listening on a loopback port the OS picks: the port is the job's from now on. The store's server
+    starts on it only after the replicas are forked (:func:`_job_store`): a fork copies no thread, so a replica
+    forked while the server's thread held a lock could wait on it forever (as a copied Gloo group did); the
+    replicas' connections wait in the socket's backlog meanwhile."""
+    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(128)
+    return listening
+
+
+def _job_store(listening: socket.socket, replicas: int, timeout: float | None, job_id: str):
+    """The job's store, served by this process on ``listening`` (the store owns the socket from now on), holding
+    the job's identity for every replica to check at the rendezvous (:mod:`allgpu.runtime.job_identity`)."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    port = listening.getsockname()[1]
+    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, master_listen_fd=listening.detach(),
+                     timeout=timedelta(seconds=launch_env.resolve_timeout(timeout, launch_env.LaunchEnv())))
+    spec = ClusterSpec(0, replicas, 0, replicas, "127.0.0.1", port, "allgpu", job_id)
     store.set(job_identity.KEY, job_identity.identity(spec))
-    return store, job_id
+    return store
 
 
 def _drain(results, values: list) -> None:
