@@ -3,6 +3,8 @@
 line in the others' collective error (never "behind"); the same under `allgpu run` (the elastic launcher's
 summary), where a truly slow replica is still named as running. Warnings' locations: tests/test_warning_location.py."""
 
+import os
+
 import pytest
 
 from tests.harness import run_cli, run_python, write_script
@@ -51,6 +53,25 @@ if strategy.is_chief or sys.argv[1] == "raise":
     raise RuntimeError("the same error on every replica")  # line 6
 time.sleep(60)  # truly slow: still running when replica 0's failure ends the job
 """
+# Replica 1 raising 0.3 s after replica 0 is a race with the elastic agent, which stops replica 1 as soon as it
+# sees replica 0's process end: under load replica 1 was sometimes stopped before it raised. In "raise" mode a
+# sitecustomize (run before the script, so the script's lines stay as they are) orders the two for certain: each
+# replica's error is recorded (torchelastic's error file) when it raises; replica 0's process then waits, in an
+# atexit hook, until replica 1's error is recorded too, and replica 1's waits to be stopped by the agent once
+# replica 0's process has ended (as the 0.3 s gap meant).
+HOLD_REPLICA_0 = """
+import atexit, os, time
+def _hold():
+    rank, deadline = os.environ.get("RANK"), time.monotonic() + 60
+    replica_1_error = os.environ.get("REPLICA1_ERROR_FILE", "")
+    while rank in ("0", "1") and time.monotonic() < deadline:
+        if rank == "0" and os.path.exists(replica_1_error) and os.path.getsize(replica_1_error):
+            return
+        time.sleep(0.05)
+if os.environ.get("RANK") in ("0", "1"):
+    os.environ["REPLICA1_ERROR_FILE"] = os.environ["TORCHELASTIC_ERROR_FILE"].replace("/attempt_0/0/", "/attempt_0/1/")
+    atexit.register(_hold)
+"""
 
 
 @pytest.mark.replicas
@@ -58,7 +79,14 @@ time.sleep(60)  # truly slow: still running when replica 0's failure ends the jo
 @pytest.mark.parametrize("mode", ["raise", "slow"])
 def test_allgpu_run_names_a_replica_that_raised_by_its_error_and_a_slow_one_as_running(tmp_path, mode):
     script = write_script(tmp_path, "train.py", ELASTIC)
-    result = run_cli("run", "--cpu-replicas", "2", str(script), mode, timeout=90, cwd=tmp_path)
+    env = None
+    if mode == "raise":
+        hold = tmp_path / "hold"
+        hold.mkdir()
+        write_script(hold, "sitecustomize.py", HOLD_REPLICA_0)
+        env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(hold), os.environ.get("PYTHONPATH", "")])),
+               }
+    result = run_cli("run", "--cpu-replicas", "2", str(script), mode, timeout=90, cwd=tmp_path, env=env)
     assert result.returncode == 1, result.stderr[-2000:]
     summary = [line for line in result.stderr.splitlines() if line.startswith("The other replicas: replica 1")]
     assert summary, result.stderr[-2000:]
