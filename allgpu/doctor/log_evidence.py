@@ -50,9 +50,11 @@ def _framework_of(hit: LogHit, log: LogReading) -> str | None:
 
 # A "no GPU" line that says the build itself has GPU support (Paddle's "Compiled with WITH_GPU, but no GPU found in
 # runtime", "You are using GPU version Paddle"): not a CPU build.
+# Theano's "CUDA is installed, but device gpu is not available" says the same of the CUDA install.
 _GPU_BUILD = re.compile(r"Compiled with WITH_GPU|using (?:the )?GPU version|(?<!not )(?<!n't )\b(?:compiled|built) "
                         r"with "
-                        r"(?:CUDA|GPU)\b(?! support: (?:no|false|off))", re.I)
+                        r"(?:CUDA|GPU)\b(?! support: (?:no|false|off))|\b(?:CUDA|the CUDA toolkit|GPU support) "
+                        r"(?:is|was) installed\b", re.I)
 
 
 def _machine_candidates(log: LogReading) -> tuple[tuple[str, ...], str] | None:

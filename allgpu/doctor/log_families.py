@@ -29,7 +29,10 @@ SPECIFIC, GENERIC = 0.65, 0.6
 
 # Libraries whose absence is not a reason for an idle GPU (TensorRT is optional), or means no driver.
 _OPTIONAL_LIBS = ("libnvinfer", "nvinfer", "libtpu")
-_DRIVER_LIBS = ("libcuda.so", "nvcuda.dll", "libnvidia-ml", "nvml.dll")
+# The driver's own libraries: libcuda and NVML, and every libnvidia-* (libnvidia-encode, libnvidia-ptxjitcompiler,
+# libnvidia-opticalflow...), the video codec's libnvcuvid/nvcuvid.dll and nvEncodeAPI: a container started without
+# the driver capability that carries them (NVIDIA_DRIVER_CAPABILITIES), or no driver, not a CUDA toolkit library.
+_DRIVER_LIBS = ("libcuda.so", "nvcuda.dll", "libnvidia-", "nvml.dll", "libnvcuvid", "nvcuvid.dll", "nvencodeapi")
 # Parts of a library name that make it a CUDA library (PyTorch's torch_cuda.dll, caffe2_nvrtc.dll, libc10_cuda.so).
 _CUDA_PARTS = re.compile(r"cuda|cudnn|cublas|cufft|curand|cusolver|cusparse|nvrtc|nvjitlink|nccl|cupti|nvvm", re.I)
 
@@ -55,6 +58,8 @@ def _s(sid: str, cause: str, regex: str, weight: float, what: str, kind: str = "
     return Pattern(sid, re.compile(regex, flags), cause, weight, kind, what, also)
 
 
+# NVIDIA's architecture names, as tools say which GPUs they support.
+_ARCHS = r"(?:Kepler|Maxwell|Pascal|Volta|Turing|Ampere|Ada(?: Lovelace)?|Hopper|Blackwell)"
 _LIB = r"((?:lib)?[\w+.-]*?(?:\.so(?:\.[\d.]+)?|\.dll))\b"
 _FAILS = (r"(?:cannot open|can't open|could not (?:be )?(?:open|load|find|found|locate|loaded)|couldn't (?:open|load|"
           r"find)|cannot (?:find|load|locate)|not found|no such file|failed to (?:load|open|find|locate|dlopen)|"
@@ -69,8 +74,18 @@ FAMILIES: tuple[Pattern, ...] = (
        r"(?:sm_)?[\d.]+ (?:is )?(?:not supported|too (?:low|old)|below|less than|lower than|smaller than)|"
        r"(?:minimum|min\.?) (?:required )?(?:CUDA )?compute capability|\bGPU (?:is )?too old\b|compute capability "
        r"(?:of )?at least \d|compute capability [\d.]+ ?< ?[\d.]+|\bGPU (?:device )?(?:is )?not supported\b|"
-       r"\barch(?:itecture)? mismatch\b|Value '(?:sm|compute)_\d+a?' is not defined for option 'gpu-name'",
+       r"\barch(?:itecture)? mismatch\b|Value '(?:sm|compute)_\d+a?' is not defined for option 'gpu-name'|"
+       # a tool's own "this GPU is too old": Triton's "which is too old to be supported by the triton GPU compiler",
+       # "supports devices of CUDA Capability >= 7.0", FlashAttention's "only supports Ampere GPUs or newer"
+       r"\btoo old to be supported\b|\b(?:CUDA|compute) capability (?:>=|\u2265|>) ?\d|"
+       r"\b(?:only )?supports? (?:only )?(?:\w+ )?" + _ARCHS + r"(?: \w+)? (?:or|and) (?:newer|later|above|up)\b|"
+       r"\b(?:requires?|needs?) (?:an? )?" + _ARCHS + r"(?: \w+)? (?:GPU|card|or (?:newer|later))",
        SPECIFIC, "the build has no kernels for this GPU's architecture", also=("cuda-version-mismatch",)),
+    # The PTX assembler failing (Triton's "ptxas failed with error code ..."): in threads, most often a ptxas that
+    # does not know the GPU's architecture (an RTX 50xx with an older Triton), else a toolkit that does not fit.
+    _s("ptxas-fails", "unsupported-compute-capability", r"\bptxas\b.{0,40}?\b(?:failed|fatal)\b", GENERIC,
+       "the PTX assembler failed (most often: it does not know this GPU's architecture)",
+       also=("cuda-version-mismatch",)),
     # --- driver, CUDA and cuDNN versions that do not fit ----------------------------------------------------------
     _s("version-words", "cuda-version-mismatch",
        r"\bdriver (?:version )?(?:is )?(?:too old|insufficient|outdated|older than)|(?:update|upgrade) (?:your |the )?"
@@ -80,8 +95,14 @@ FAMILIES: tuple[Pattern, ...] = (
        r"current )?(?:CUDA|driver|cuDNN)|undefined symbol: \w*(?:cuda|cudnn|cublas|cusparse|cusolver|cufft|nccl|"
        r"nvrtc|nvJitLink)\w*|version [`'](?:lib)?(?:cu\w*|nccl\w*|CUDNN_\w*|libcudnn[\w.]*)' not found|"
        r"\b(?:cu|nccl)\w+ symbol not found|symbol not found\W{1,3}(?:cu|nccl)\w+|"
-       r"\bcuda\S* does not export expected C (?:variable|function)",
+       r"\bcuda\S* does not export expected C (?:variable|function)|"
+       # the subject before the verb: CatBoost's "CUDA version/driver  is incompatible with package"
+       r"\b(?:CUDA|cuDNN|driver)(?: version)?(?:/[\w ]{1,20}?)?\s+(?:is|are) (?:incompatible|not compatible)\b",
        SPECIFIC, "the driver, CUDA or cuDNN does not fit the build", also=("missing-cuda-libs",)),
+    # A tool that picks its native build by the CUDA it finds and has none for it (DJL's "No matching cuda flavor
+    # for win found: cu112mkl"): the installed CUDA is one the tool has no build for; some then fall back to CPU.
+    _s("no-cuda-flavour", "cuda-version-mismatch", r"\bno matching (?:CUDA|GPU) (?:flavou?r|version|build|variant|"
+       r"binary|library)", SPECIFIC, "the tool has no build for the CUDA version it found", also=("cpu-build",)),
     # --- a build without CUDA -------------------------------------------------------------------------------------
     _s("cpu-build-words", "cpu-build",
        r"\b(?:not|n't|never) (?:be(?:en)? )?(?:compil(?:e|ed|ing)|buil[dt]|enabled?|install(?:ed)?|configured?) "

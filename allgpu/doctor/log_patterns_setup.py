@@ -115,7 +115,10 @@ SETUP_PATTERNS: tuple[Pattern, ...] = (
        "JAX has no GPU backend (a CPU-only jaxlib, or its CUDA plugin did not load)",
        also=("missing-cuda-libs", "no-driver")),
     # --- no GPU available: what a user prints ---------------------------------------------------------------------
-    _p("gpu-unavailable-flag", r"(?:cuda[._]is_available|is_gpu_available)(?:\(\))?\)*['\"]?\)*\s*(?:[:=#>-]+\s*)?"
+    # every binding's spelling: Python's torch.cuda.is_available, R's cuda_is_available, C++'s and Rust's
+    # (tch) cuda::is_available / Cuda::is_available, Julia's CUDA.functional, DJL's CudaUtils.hasCuda
+    _p("gpu-unavailable-flag", r"(?:[Cc]uda(?:[._]|::)is_available|is_gpu_available|\bCUDA\.functional|"
+       r"CudaUtils\.hasCuda)(?:\(\))?\)*['\"]?\)*;?\s*(?:[:=#>-]+\s*)?"
        r"(False|True)?\s*$|"
        r"list_physical_devices\(['\"]GPU['\"]\)\)?\s*$",
        None, 0, "the framework reports no usable GPU", "unavailable-flag"),

@@ -246,7 +246,8 @@ def _facts(reading: LogReading, pat: Pattern, m: re.Match[str]) -> None:
 
 
 # What a REPL or notebook (Python's or R's) prints for a call: a bare value, maybe after "Out[3]:" or ">>>" lines.
-_ANSWER = re.compile(r"^(?:Out\[\d+\]:\s*|\[1\]\s*)?(False|True|None|\d+|\[\])\s*$", re.I)  # R prints "[1] FALSE"
+# R prints "[1] FALSE"; pastes mark an answer "> false", "=> false" or "output: false"
+_ANSWER = re.compile(r"^(?:Out\[\d+\]:\s*|\[1\]\s*|=?>\s*|output:\s*)?(False|True|None|\d+|\[\])\s*$", re.I)
 
 
 def _answer(lines: list[str], i: int) -> str:

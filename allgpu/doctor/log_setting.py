@@ -33,8 +33,10 @@ _FRAMEWORKS = (
                        r"\bjaxlib\b", re.I)),
     ("numba", re.compile(r"site-packages[/\\]numba(?:_cuda)?[/\\]|\bimport numba\b|\bnumba\.cuda\b", re.I)),
     ("cupy", re.compile(r"site-packages[/\\]cupy[/\\]|\bimport cupy\b|\bcupy\.cuda\b", re.I)),
-    # R's torch package (mlverse): its R calls, e.g. torch::cuda_is_available(), library(torch), install_torch().
-    ("rtorch", re.compile(r"\btorch::\w|\b(?:library|require)\(torch\)|\binstall_torch\(")),
+    # R's torch package (mlverse): its R calls, e.g. torch::cuda_is_available(), library(torch), install_torch();
+    # not libtorch's C++ (torch::cuda::is_available(), torch::kCUDA, torch::Tensor, torch::jit::load).
+    ("rtorch", re.compile(r"\btorch::(?!\w+::|k[A-Z]|Tensor\b|Device\b)\w|\b(?:library|require)\(torch\)|"
+                          r"\binstall_torch\(")),
     ("keras", re.compile(r"site-packages[/\\]keras[/\\]|\bimport keras\b|\bKERAS_BACKEND\b|Using \w+ backend", re.I)),
 )
 _TORCH_BUILD = re.compile(r"\b(?:torch|pytorch)\S*\s*[=:v ]{0,4}\d+\.\d+(?:\.\d+)?\+cu(\d{2,3})\b|"
