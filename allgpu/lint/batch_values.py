@@ -30,8 +30,50 @@ def const_int(mod, node: ast.expr | None) -> int | None:
         if values and len(reads) == 1 and len(values) == sum(isinstance(v, ast.Attribute) for v in values):
             return option_default(mod, reads.pop())
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return option_default(mod, node.attr)
+        found = class_constant(mod, node)
+        return found if found is not None else option_default(mod, node.attr)
+    if isinstance(node, ast.Subscript):
+        return dict_constant(mod, node)
     return None
+
+
+def class_constant(mod, node: ast.Attribute) -> int | None:
+    """``CFG.batch_size`` where ``CFG`` is a class of the file whose body sets ``batch_size = 32`` once and nothing
+    assigns ``CFG.batch_size`` later (a notebook's ``class CFG:`` settings block), else None."""
+    if not isinstance(node.value, ast.Name) or mod.values_of(node):
+        return None
+    cls = mod.local_class(node.value)
+    if cls is None or mod.is_foreign(cls):
+        return None
+    values = [st.value for st in cls.body if isinstance(st, (ast.Assign, ast.AnnAssign)) and any(
+        isinstance(t, ast.Name) and t.id == node.attr for t in (st.targets if isinstance(st, ast.Assign) else [st.target]))]
+    if len(values) == 1 and isinstance(values[0], ast.Constant) and type(values[0].value) is int:
+        return values[0].value
+    return None
+
+
+def dict_constant(mod, node: ast.Subscript) -> int | None:
+    """``config["batch_size"]`` where every binding of ``config`` is a dict literal giving that key the same int
+    and nothing stores into ``config[...]`` or updates it, else None."""
+    key = node.slice
+    if not (isinstance(node.value, ast.Name) and isinstance(key, ast.Constant) and isinstance(key.value, str)):
+        return None
+    values = mod.values_of(node.value)
+    if not values or not all(isinstance(v, ast.Dict) for v in values):
+        return None
+    found = set()
+    for d in values:
+        hits = [v for k, v in zip(d.keys, d.values) if isinstance(k, ast.Constant) and k.value == key.value]
+        if len(hits) != 1 or not (isinstance(hits[0], ast.Constant) and type(hits[0].value) is int):
+            return None
+        found.add(hits[0].value)
+    name = node.value.id
+    for n in ast.walk(mod.tree):
+        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and dotted(n.value) == name:
+            return None
+        if isinstance(n, ast.Attribute) and dotted(n.value) == name and n.attr in ("update", "setdefault", "__setitem__"):
+            return None
+    return found.pop() if len(found) == 1 else None
 
 
 def option_default(mod, name: str) -> int | None:

@@ -69,14 +69,31 @@ def training_uses(ctx) -> dict[str, list[ast.AST]]:
             out.setdefault(recv, []).append(call)
         elif recv and f.attr == "update_state" and has_run and _in_replica_step(ctx, call):
             out.setdefault(recv, []).append(call)
-        elif f.attr == "compile" and dotted(kwarg(call, "optimizer")):
-            out.setdefault(dotted(kwarg(call, "optimizer")), []).append(call)
+        elif f.attr == "compile":
+            if dotted(kwarg(call, "optimizer")):
+                out.setdefault(dotted(kwarg(call, "optimizer")), []).append(call)
+            for name in _compiled_metric_names(call):  # ``auc = AUC()`` then ``compile(metrics=[auc])``
+                out.setdefault(name, []).append(call)
     for attr in ("trainable_variables", "trainable_weights"):
         for node in mod.attrs.get(attr, []):
             name = dotted(node.value)
             if name and not _only_read(mod, node):
                 out.setdefault(name, []).append(node)
     ctx.mod.__dict__["_tf_training_uses"] = out
+    return out
+
+
+def _compiled_metric_names(call: ast.Call) -> list[str]:
+    """The names listed in a compile's ``metrics=[...]`` / ``weighted_metrics=[...]`` (a dict's values too):
+    Keras refuses a metric made in another strategy scope than the model's."""
+    out = []
+    for k in call.keywords:
+        if k.arg in ("metrics", "weighted_metrics"):
+            items = k.value.values if isinstance(k.value, ast.Dict) else getattr(k.value, "elts", [])
+            for e in items:
+                for x in (e.elts if isinstance(e, (ast.List, ast.Tuple)) else [e]):
+                    if isinstance(x, ast.Name):
+                        out.append(x.id)
     return out
 
 
