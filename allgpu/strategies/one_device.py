@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from allgpu.devices import cuda_device_count, parse_device, why_no_gpu
 from allgpu.errors import DeviceError
+from allgpu.runtime.lone_replica import warn_if_one_of_several
 from allgpu.runtime.placement import Placement
 from allgpu.strategies.base.strategy import Strategy
 
@@ -16,6 +17,9 @@ class OneDeviceStrategy(Strategy):
 
     Args:
         device: any accepted device name (``"/gpu:0"``, ``"cuda:1"``, ``"/cpu:0"``).
+
+    Under a launcher that started several processes (``allgpu run``, torchrun, Slurm) each process is a job of
+    one on ``device``: a ``RuntimeWarning`` says so (:mod:`allgpu.runtime.lone_replica`).
 
     Raises:
         DeviceError: a bad name, or a GPU that is not visible (the message says why none is).
@@ -27,4 +31,5 @@ class OneDeviceStrategy(Strategy):
             count = cuda_device_count()
             reason = why_no_gpu() if count == 0 else f"only {count} GPUs are visible"
             raise DeviceError(f"OneDeviceStrategy({device!r}): that GPU is not available: {reason}")
+        warn_if_one_of_several(f"OneDeviceStrategy({device!r})", str(parsed.torch_device()))
         super().__init__(Placement.single(parsed.torch_device()), check_mirrored=False)

@@ -18,6 +18,7 @@ import contextlib
 import threading
 from typing import Iterator
 
+from allgpu.runtime.lone_replica import warn_if_one_of_several
 from allgpu.strategies.base.replica_context import ReplicaContext
 from allgpu.strategies.default import default_strategy
 
@@ -48,7 +49,9 @@ def get_strategy():
     stack = _stack()
     if stack:
         return stack[-1][0]
-    return default_strategy()
+    strategy = default_strategy()
+    warn_if_one_of_several("allgpu.get_strategy() outside any scope (the default strategy)", str(strategy.device))
+    return strategy
 
 
 def has_strategy() -> bool:
