@@ -22,24 +22,28 @@ class MigrateConfig:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "migrate", help="rewrite a tf.distribute / tf.keras script for allgpu and Keras 3 on PyTorch (a diff)",
+        "migrate",
+        help="rewrite a tf.distribute / tf.keras script or notebook for allgpu and Keras 3 on PyTorch (a diff)",
         description="Rewrite what has a direct equivalent (tf.distribute strategies and cluster resolvers, tf.keras, "
                     "tf.train checkpoints, the tf.GradientTape step, imports); list everything else with its line "
                     "and why. Prints a unified diff; --write applies it. See docs/migrate.md.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="Python scripts, or folders (their .py files, recursively)")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="Python scripts or Jupyter notebooks (.ipynb), or folders (their .py and .ipynb files, "
+                        "recursively)")
     p.add_argument("--write", action="store_true", help="replace each script with its migrated version (atomic)")
     p.add_argument("--no-diff", action="store_true", help="print only the notes, not the diff")
     return p
 
 
 def _scripts(paths: list[str]) -> tuple[str, ...]:
-    """Each path as given; a folder becomes its ``.py`` files, recursively, sorted (hidden folders skipped)."""
+    """Each path as given; a folder becomes its ``.py`` and ``.ipynb`` files, recursively, sorted (hidden folders,
+    such as ``.ipynb_checkpoints``, skipped)."""
     out: list[str] = []
     for path in paths:
         folder = Path(path)
         if folder.is_dir():
-            out += sorted(str(p) for p in folder.rglob("*.py")
-                          if not any(part.startswith(".") for part in p.relative_to(folder).parts))
+            out += sorted(str(p) for p in folder.rglob("*") if p.suffix in (".py", ".ipynb") and p.is_file()
+                          and not any(part.startswith(".") for part in p.relative_to(folder).parts))
         else:
             out.append(path)
     return tuple(out)

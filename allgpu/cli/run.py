@@ -8,7 +8,7 @@ import re
 import sys
 
 from allgpu.cli.arguments import exit_code_for, non_negative_int, positive_int
-from allgpu.errors import AllGpuError, ScriptNotFoundError
+from allgpu.errors import AllGpuError, ArgumentError, ScriptNotFoundError
 
 _INTERPRETER = re.compile(r"python(\d+(\.\d+)*)?(\.exe)?$")  # python, python3, python3.11, a path to one
 
@@ -66,7 +66,18 @@ def script_and_args(script: str, script_args: list[str]) -> tuple[str, list[str]
 
     Raises:
         ScriptNotFoundError: an interpreter followed by an option (``python -m pkg``) instead of a script.
+        ArgumentError: a Jupyter notebook (``.ipynb``): its JSON is not Python (each replica failed with a bare
+            ``NameError: name 'null' is not defined``).
     """
+    if script.endswith(".ipynb") or (_INTERPRETER.match(os.path.basename(script)) and script_args
+                                     and script_args[0].endswith(".ipynb")):
+        notebook = script if script.endswith(".ipynb") else script_args[0]
+        raise ArgumentError(
+            f"{notebook} is a Jupyter notebook: allgpu run starts a Python script in each replica, and a notebook's "
+            "JSON is not Python. Fix: in the notebook, put the training in a function and call "
+            "allgpu.launch(train, num_replicas=N) from a cell (docs/launching.md); or save its code as a script "
+            f"(`jupyter nbconvert --to script {notebook}`, then drop its get_ipython() lines: magics and `!` shell "
+            "commands do not run under python) and allgpu run that.")
     if not _INTERPRETER.match(os.path.basename(script)) or not script_args:
         return script, script_args
     if script_args[0].startswith("-"):

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
@@ -99,38 +95,3 @@ def _spelling(qualified: str, aliases: dict[str, str]) -> str:
         if qualified == module or qualified.startswith(module + "."):
             return alias + qualified[len(module):]
     return qualified
-
-
-def migrate_file(path: str | os.PathLike, *, write: bool = False) -> Migration:
-    """Migrate the script at ``path``; with ``write=True`` replace it atomically with the result.
-
-    The new text is written to a temporary file in the same folder, flushed to disk, given the original's
-    permissions and renamed over it (``os.replace``): an interrupted write leaves the original whole.
-
-    Raises:
-        MigrateInputError: the file does not exist, cannot be read as UTF-8 text, or is not valid Python.
-    """
-    file = Path(path)
-    try:
-        source = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MigrateInputError(f"{path}: cannot be read ({exc}); give the path of a Python script") from None
-    migration = migrate_source(source, str(path))
-    if write and migration.changed:
-        write_atomic(file, migration.result)
-    return migration
-
-
-def write_atomic(file: Path, text: str) -> None:
-    """Replace ``file`` with ``text`` atomically (same folder temp file, fsync, keep the mode, ``os.replace``)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".migrate", dir=file.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, file.stat().st_mode & 0o7777)
-        os.replace(tmp, file)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
