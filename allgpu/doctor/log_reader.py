@@ -20,6 +20,7 @@ from allgpu.doctor.log_patterns_frameworks import FRAMEWORK_PATTERNS
 from allgpu.doctor.log_patterns_setup import SETUP_PATTERNS
 from allgpu.doctor.log_setting import Setting, read_setting
 from allgpu.doctor.log_throughput import Throughput, read_throughput
+from allgpu.doctor.log_unknown import error_lines
 
 ALL_PATTERNS: tuple[Pattern, ...] = PATTERNS + SETUP_PATTERNS + FRAMEWORK_PATTERNS
 
@@ -79,6 +80,8 @@ class LogReading:
         enums: the CUDA, NVML and NCCL statuses read by name, number or text (:mod:`allgpu.doctor.log_enums`),
             shown whatever the verdict (the families use those that name a cause).
         cues: the field's words per cause (:mod:`allgpu.doctor.log_cues`), the last fallback.
+        errors: the log's own error lines no reader matched, ``(line, text)``, last first
+            (:mod:`allgpu.doctor.log_unknown`), quoted when nothing names a cause.
     """
 
     lines: int = 0
@@ -99,6 +102,7 @@ class LogReading:
     blocks: EnvBlocks = field(default_factory=EnvBlocks)
     enums: list[EnumRead] = field(default_factory=list)
     cues: CueReading = field(default_factory=lambda: CueReading(None, 0, {}))
+    errors: list[tuple[int, str]] = field(default_factory=list)
 
     def causes(self) -> list[LogHit]:
         """Hits that point at a cause (weight > 0)."""
@@ -343,4 +347,5 @@ def read_log(text: str) -> LogReading:
     reading.enums = read_enums(lines)
     reading.cues = read_cues(lines, bool(reading.blocks.collect_env), frozenset(h.line for h in reading.hits))
     reading.tail = [(n + 1, ln.strip()[:240]) for n, ln in enumerate(lines) if ln.strip()][-TAIL:]
+    reading.errors = error_lines(lines, frozenset(h.line for h in reading.hits))
     return reading

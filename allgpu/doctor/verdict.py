@@ -20,16 +20,13 @@ from allgpu.doctor.log_evidence import setting_evidence
 from allgpu.doctor.log_facts import INPUT_SHARE, fact_notes
 from allgpu.doctor.log_reader import ALL_PATTERNS, LogHit, LogReading
 from allgpu.doctor.log_setting import setting_notes
+from allgpu.doctor.log_unknown import error_note, next_steps
 from allgpu.doctor.problem import Problem
 
 # A cause is reported when its score reaches this; one message of weight 1.0 settles it.
 THRESHOLD = 0.6
 MAX_EVIDENCE = 4
 _MEANING = {p.id: p.what for p in ALL_PATTERNS}
-NOTHING_KNOWN = ("The log shows no message allgpu doctor knows about devices, so it names no cause. Run with "
-                 "TF_CPP_MIN_LOG_LEVEL=0 (TensorFlow) and paste the whole log, from the first import on.")
-
-
 @dataclass(frozen=True)
 class Verdict:
     """The doctor's answer for one run.
@@ -321,7 +318,11 @@ def verdict_from_log(log: LogReading) -> Verdict:
                      "that keeps one idle, so it names no cause. A strategy's replica count ('Number of devices: "
                      "N', num_replicas_in_sync) or `allgpu doctor --run` would tell.")
     elif nothing:
-        notes.append(NOTHING_KNOWN)
+        notes.append(next_steps(log.frameworks))
+    if nothing:
+        errors = error_note(log.errors)
+        if errors:
+            notes.append(errors)
     if nothing and log.cues.found:
         notes.append("Words of causes found, too few or too split to name one: " + "; ".join(
             f"{cause} ({log.cues.words(cause)})" for cause in log.cues.found) + ".")
