@@ -41,7 +41,7 @@ SlurmdUser=root
 SlurmctldPort={ctld_port}
 SlurmdPort={d_port}
 AuthType=auth/munge
-AuthInfo=socket={dir}/munge.socket
+AuthInfo=socket={dir}/munge.socket{auth_extra}
 CredType=cred/munge
 StateSaveLocation={dir}/state
 SlurmdSpoolDir={dir}/spool
@@ -70,8 +70,11 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 class LocalSlurm:
     """Start with :meth:`start`, end with :meth:`stop`; :attr:`env` is the clients' environment."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, cred_expire: int | None = None):
+        """``cred_expire``: seconds a step's credential lives, and a requeued job waits before it starts again
+        (Slurm's default 120 s; ``slurm.conf``'s ``AuthInfo``)."""
         self.dir = Path(directory)
+        self.auth_extra = f",cred_expire={cred_expire}" if cred_expire else ""
         self.host = socket.gethostname().split(".")[0]
         self.procs: list[subprocess.Popen] = []
         self.env = {**os.environ, "SLURM_CONF": str(self.dir / "slurm.conf")}
@@ -89,7 +92,7 @@ class LocalSlurm:
         key.chmod(0o400)
         (self.dir / "munge").chmod(0o700)
         (self.dir / "slurm.conf").write_text(CONF.format(host=self.host, dir=self.dir, ctld_port=_free_port(),
-                                                         d_port=_free_port()))
+                                                         d_port=_free_port(), auth_extra=self.auth_extra))
         self._spawn("munged", "--foreground", "--force", f"--socket={self.dir}/munge.socket",
                     f"--key-file={key}", f"--pid-file={self.dir}/munge/munged.pid",
                     f"--seed-file={self.dir}/munge/munged.seed", f"--log-file={self.dir}/munge/munged.log")

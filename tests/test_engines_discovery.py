@@ -60,6 +60,30 @@ def test_world_size_exported_around_srun_is_read_as_slurm_and_checked():
     assert discover(srun_env(procid=5, localid=1, nodeid=1, RANK="5", **exported)).process.rank == 5
 
 
+def test_rank_set_from_slurm_by_the_task_without_master_is_read_as_slurm():
+    # MAE / ConvNeXt init_distributed_mode under submitit: RANK=SLURM_PROCID, WORLD_SIZE=SLURM_NTASKS, LOCAL_RANK,
+    # no MASTER_ADDR/PORT (their rendezvous was a file:// URL); was "start the script with torchrun"
+    own = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}
+    cluster = discover(srun_env(procid=5, localid=1, nodeid=1, **own))
+    assert cluster.engine == "Slurm" and cluster.process.master_addr == "gpu07"
+    assert cluster.master_port == slurm.rendezvous_port(4242, 0)
+    with pytest.raises(ClusterConfigError, match=r"WORLD_SIZE='16'.*8 tasks"):
+        discover(srun_env(procid=5, localid=1, nodeid=1, **{**own, "WORLD_SIZE": "16"}))
+
+
+def test_submitit_local_executor_tasks_form_one_job():
+    def task(i: int) -> dict:  # what submitit's LocalExecutor controller gives task i of tasks_per_node=2
+        return {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_NTASKS": "2", "SUBMITIT_LOCAL_GLOBALID": str(i),
+                "SUBMITIT_LOCAL_LOCALID": str(i), "SUBMITIT_LOCAL_JOB_ID": "31337", "SUBMITIT_LOCAL_NODEID": "0"}
+
+    found = [discover(task(i)) for i in range(2)]
+    assert [(c.process.rank, c.process.world_size, c.process.local_rank) for c in found] == [(0, 2, 0), (1, 2, 1)]
+    assert found[0].master_port == found[1].master_port and found[0].master_addr == "127.0.0.1"
+    assert discover({"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_NTASKS": "2"}) is None  # the controller
+    with pytest.raises(ClusterConfigError, match="SUBMITIT_LOCAL_JOB_ID"):
+        discover({**task(0), "SUBMITIT_LOCAL_JOB_ID": "x"})
+
+
 def test_malformed_slurm_variable_is_named():
     with pytest.raises(ClusterConfigError, match="SLURM_PROCID='x'"):
         discover(srun_env(procid=0) | {"SLURM_PROCID": "x"})

@@ -9,7 +9,8 @@ One module per engine (:mod:`.slurm`, :mod:`.ray`, :mod:`.kubernetes`, :mod:`.sk
    description, so it wins without a comparison;
 2. **a Kubeflow PyTorchJob pod** running the script itself (``RANK``, ``WORLD_SIZE``, no ``LOCAL_RANK``);
    then **an MPI rank** (:mod:`.mpi`: ``mpirun -np N python train.py``), which also wins without a comparison
-   (``mpirun`` inside a Slurm allocation starts its daemons through ``srun``);
+   (``mpirun`` inside a Slurm allocation starts its daemons through ``srun``); then **a task of submitit's local
+   executor** (:mod:`.submitit_local`), which wins alike (it may run inside a Slurm allocation's shell);
 3. the engines that start one process per task or node, compared with each other: **Slurm** (a task of an
    ``srun`` step), **TF_CONFIG** (for multi-worker strategies), **Kubeflow Trainer v2 / JobSet** (``PET_*``),
    **SkyPilot** (``SKYPILOT_*``). The first present wins; two present that disagree on the number of processes
@@ -26,7 +27,7 @@ from typing import Mapping
 
 from allgpu.errors import ClusterConfigError
 from allgpu.runtime.cluster import TFConfig, from_tf_config_env, from_torchrun_env, split_host_port
-from allgpu.runtime.engines import kubernetes, mpi, ray, skypilot, slurm
+from allgpu.runtime.engines import kubernetes, mpi, ray, skypilot, slurm, submitit_local
 from allgpu.runtime.engines.description import Cluster
 
 __all__ = ["Cluster", "discover", "from_tf_config"]
@@ -41,10 +42,18 @@ def from_tf_config(tf: TFConfig) -> Cluster:
 
 
 def _exported_around_srun(env: Mapping[str, str]) -> bool:
-    """``WORLD_SIZE`` without ``RANK`` in a task of an ``srun`` step: a batch script's own ``export WORLD_SIZE=...``
-    (with ``MASTER_ADDR``/``MASTER_PORT``) before ``srun python train.py``, the form HPC centres' DDP examples
-    use; each task's rank is Slurm's, so Slurm describes the job (and ``WORLD_SIZE`` must agree with it)."""
-    return "WORLD_SIZE" in env and "RANK" not in env and "SLURM_STEP_ID" in env and "SLURM_JOB_ID" in env
+    """``WORLD_SIZE`` set by no launcher in a task of an ``srun`` step, so Slurm describes the job (and
+    ``WORLD_SIZE`` must agree with it). Two forms: a batch script's own ``export WORLD_SIZE=...`` (with
+    ``MASTER_ADDR``/``MASTER_PORT``, no ``RANK``) before ``srun python train.py``, as HPC centres' DDP examples do;
+    and the task's own ``os.environ["RANK"] = SLURM_PROCID``, ``WORLD_SIZE = SLURM_NTASKS`` (and ``LOCAL_RANK``)
+    without ``MASTER_ADDR``/``MASTER_PORT``, as ``init_distributed_mode`` of MAE, ConvNeXt, DeiT and other research
+    repos launched by submitit does (their rendezvous is a ``file://`` or ``tcp://`` URL, not the environment)."""
+    if "WORLD_SIZE" not in env or "SLURM_STEP_ID" not in env or "SLURM_JOB_ID" not in env:
+        return False
+    if "RANK" not in env:
+        return True
+    own_rank = env["RANK"].strip() == env.get("SLURM_PROCID", "").strip()
+    return own_rank and not ("MASTER_ADDR" in env and "MASTER_PORT" in env)
 
 
 def _check_exported_world_size(env: Mapping[str, str], cluster: Cluster) -> None:
@@ -110,7 +119,7 @@ def discover(env: Mapping[str, str] | None = None, *, tf_config: bool = True) ->
             both).
     """
     env = os.environ if env is None else env
-    first = launcher(env) or mpi.detect(env)
+    first = launcher(env) or mpi.detect(env) or submitit_local.detect(env)
     if first is not None:
         return first
     tf = from_tf_config_env(env) if tf_config else None
