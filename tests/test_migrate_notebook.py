@@ -115,3 +115,15 @@ def test_allgpu_run_of_a_notebook_names_launch_instead_of_nameerror_null():
     for argv in (("nb.ipynb", []), ("python", ["nb.ipynb"])):
         with pytest.raises(ArgumentError, match="allgpu.launch"):
             script_and_args(*argv)
+
+
+def test_kaggles_tpu_else_default_block_says_the_default_is_one_device_and_what_uses_every_gpu():
+    block = ("import tensorflow as tf\ntry:\n    tpu = tf.distribute.cluster_resolver.TPUClusterResolver()\n"
+             "    strategy = tf.distribute.TPUStrategy(tpu)\nexcept ValueError:\n"
+             "    strategy = tf.distribute.get_strategy()\none = tf.distribute.OneDeviceStrategy('/gpu:0')\n")
+    m = migrate_notebook(_notebook([new_code_cell(block)] + [new_code_cell("x = 1") for _ in range(6)]))
+    assert "    strategy = allgpu.get_strategy()" in _sources(m.result)[0]
+    by_line = {n.line: n.message for n in m.notes}
+    assert "default strategy, one replica on one device" in by_line[6] and "MirroredStrategy()" in by_line[6]
+    assert "no TPU strategy" in by_line[3] and "no TPU strategy" in by_line[4]  # the except branch runs, as in TF
+    assert "several GPUs allgpu.MirroredStrategy()" in by_line[7]

@@ -102,6 +102,20 @@ PIPELINE_METHODS = ("map", "filter", "flat_map", "interleave", "parallel_interle
 KEPT_NOTE = ("tf.data kept as it is: allgpu's datasets and Keras' fit read tf.data pipelines and hand each replica "
              "torch tensors (needs TensorFlow installed: pip install 'allgpu[tf]')")
 
+TPU_WHY = ("allgpu has no TPU strategy (it trains on PyTorch's CUDA and CPU devices). Without a TPU, TensorFlow's "
+           "TPUClusterResolver() raises ValueError, so a Kaggle-style `try`/`except` runs its other branch, as it "
+           "did in TensorFlow: write allgpu.MirroredStrategy() there to train on every GPU (allgpu.get_strategy() is "
+           "one device)")
+# Notes added to a rename whose result may not be what a user moving to several GPUs expects.
+RENAME_WHY: dict[str, str] = {
+    "tensorflow.distribute.get_strategy": "outside a strategy's scope it is the default strategy, one replica on one "
+                                          "device, as TensorFlow's (a Kaggle 'TPU, else get_strategy()' block's "
+                                          "fallback); to train on every GPU write allgpu.MirroredStrategy() there",
+    "allgpu.OneDeviceStrategy": "one replica on that one device, as in TensorFlow: on a machine with several GPUs "
+                                "allgpu.MirroredStrategy() trains on all of them (started as N processes by allgpu "
+                                "run, each would train alone: allgpu warns)",
+}
+
 # Why a TensorFlow name left in the script was not converted, by longest matching prefix.
 WHY_NOT: dict[str, str] = {
     "tensorflow.device": "tf.device pins ops to one device; under allgpu each replica already runs on its own "
@@ -118,6 +132,10 @@ WHY_NOT: dict[str, str] = {
     "tensorflow.distribute.experimental.coordinator": "allgpu's parameter-server workers run the loop themselves; "
                                                       "there is no ClusterCoordinator",
     "tensorflow.distribute": "no allgpu equivalent of this tf.distribute name",
+    "tensorflow.distribute.TPUStrategy": TPU_WHY,
+    "tensorflow.distribute.experimental.TPUStrategy": TPU_WHY,
+    "tensorflow.distribute.cluster_resolver.TPUClusterResolver": TPU_WHY,
+    "tensorflow.tpu": TPU_WHY,
     "tensorflow.train.latest_checkpoint": "without a tf.train.Checkpoint in the script it finds Keras' weights "
                                           "files: Keras 3 names them itself (`.weights.h5`, `.keras`); load "
                                           "them by name",

@@ -95,7 +95,8 @@ class Rename(cst.CSTTransformer):
                 if names.RENAMES[prefix].split(".")[0] == "keras" and keras_api.exists(target) is False:
                     break  # a Keras 2 name Keras 3 dropped: rewriting it would only move the failure
                 if names.RENAMES[prefix] not in names.STRATEGY_ARGS:  # strategies are noted where they are called
-                    self.note(original, CHANGED, f"{text} -> {target}")
+                    why = names.RENAME_WHY.get(prefix)
+                    self.note(original, CHANGED, f"{text} -> {target}" + (f": {why}" if why else ""))
                 return expr(target)
         self._leftover(original, qualified)
         return updated
@@ -157,7 +158,8 @@ class Rename(cst.CSTTransformer):
             return original
         for i in dropped:
             self._forget(original.args[i])
-        self.note(original, CHANGED, "; ".join([f"{source}(...) -> {target}(...)", *messages]))
+        why = [names.RENAME_WHY[target]] if target in names.RENAME_WHY else []
+        self.note(original, CHANGED, "; ".join([f"{source}(...) -> {target}(...)", *messages, *why]))
         return converted
 
     def visit_If(self, node: cst.If) -> None:
