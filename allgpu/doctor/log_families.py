@@ -118,6 +118,53 @@ FAMILIES: tuple[Pattern, ...] = (
        r"\b(?:USE|WITH|GGML|LLAMA)_(?:CUDA|GPU|CUBLAS)\s*[=:]\s*(?:0|OFF|False)\b|\bno CUDA support\b|"
        r"(?:^|\|)\s*(?:CU)?BLAS\s*=\s*0\s*(?:\||$)",
        SPECIFIC, "the library was built or installed without GPU support", also=("no-driver",)),
+    # A GPU backend a tool could not set up, in the tool's words (Chainer's "CUDA environment is not correctly set
+    # up", raised when CuPy does not import): the GPU package beside the tool is missing, else its libraries.
+    _s("gpu-env-not-set-up", "cpu-build",
+       r"\b(?:CUDA|GPU)(?: environment| support| backend)? (?:is |was )?(?:not|n't) (?:correctly |properly )?(?:set ?up|"
+       r"configured)\b", SPECIFIC, "the tool's GPU backend package is not installed or does not import",
+       also=("missing-cuda-libs", "no-driver")),
+    # A package's compiled ops module missing (mmcv's `mmcv._ext`, `<pkg>._C`, `<pkg>_cuda`): the package installed
+    # without its compiled CUDA part (mmcv rather than mmcv-full, a source install that built no extension).
+    _s("compiled-ops-missing", "cpu-build",
+       r"No module named '(?!torch\.)(?:[\w.]+\.(?:_ext|_C|_cuda\w*|\w+_cuda)|\w+_cuda(?:_ext)?)'", SPECIFIC,
+       "the package was installed without its compiled GPU ops", also=("cuda-version-mismatch", "missing-cuda-libs")),
+    # A device or provider option whose choices hold no GPU (FaceFusion's "invalid choice: 'cuda' (choose from
+    # 'cpu')"): the tool's GPU back end is not installed (the CPU onnxruntime package instead of onnxruntime-gpu).
+    _s("gpu-choice-missing", "cpu-build",
+       r"\binvalid choice: '?(?:cuda|gpu|tensorrt)\w*'? \(choose from (?![^)]*(?:cuda|gpu|tensorrt|rocm|directml|"
+       r"coreml|mps|openvino|dml))[^)]*\)", SPECIFIC, "the tool offers no GPU choice: its GPU back end is not "
+       "installed", also=("missing-cuda-libs",)),
+    # An op of an extension library (torchvision::nms, torchaudio::, mmcv::) with no CUDA kernel: the library was
+    # built for another torch or CUDA (or without CUDA); aten's own ops are the exact readers'.
+    _s("ext-op-no-cuda", "cuda-version-mismatch",
+       r"Could not run '(?!aten::|prims::)\w+::\w+' with arguments from the '?(?:CUDA|QuantizedCUDA)'? backend",
+       SPECIFIC, "an extension library's op has no CUDA kernel: built for another torch or CUDA",
+       also=("cpu-build",)),
+    # A tool's compiled CUDA part not there (AutoGPTQ's "CUDA extension not installed", "CUDA kernels not built"):
+    # settled as the extension built against another CUDA or torch, else as no toolkit to build it with.
+    _s("gpu-ext-missing", "cuda-version-mismatch",
+       r"\b(?:CUDA|GPU|C\+\+/CUDA|native) (?:extension|kernel|op)s? (?:is |are |was |were )?(?:not|n't) (?:installed|"
+       r"built|compiled|found|available|loaded)\b", GENERIC, "the tool's compiled CUDA extension is not there",
+       also=("missing-cuda-libs", "cpu-build")),
+    # A build that found no CUDA toolkit: PyTorch's cpp_extension "CUDA_HOME environment variable is not set", and
+    # the same variable said missing or wrong in other words.
+    _s("cuda-home-unset", "missing-cuda-libs",
+       r"\bCUDA_HOME\b\W{0,3}(?:environment )?(?:variable )?(?:is )?(?:not set|unset|undefined|missing|None\b|"
+       r"(?:environment )?(?:issue|error|problem))", SPECIFIC, "no CUDA toolkit was found to build with (CUDA_HOME)",
+       also=("cuda-version-mismatch",)),
+    # A tool asking for "the correct version" of CUDA or cuDNN (ONNX Runtime's "CUDA_PATH is set but CUDA wasn't
+    # able to be loaded. Please install the correct version of CUDA and cuDNN"): a CUDA other than the build's.
+    _s("install-right-version", "cuda-version-mismatch",
+       r"\binstall (?:the )?(?:correct|right|matching|compatible|supported|required) versions? of (?:the )?(?:CUDA|"
+       r"cuDNN|NVIDIA driver)", SPECIFIC, "the tool asks for another CUDA or cuDNN version than the one it found",
+       also=("missing-cuda-libs",)),
+    # OpenCL finding no platform or device (LightGBM's "No OpenCL device found", CL_PLATFORM_NOT_FOUND_KHR, -1001):
+    # the driver's OpenCL ICD is not registered (a container without /etc/OpenCL/vendors/nvidia.icd), or no driver.
+    _s("opencl-none", "no-driver",
+       r"\bno OpenCL (?:GPU )?(?:device|platform)s? (?:was |were )?(?:found|available|detected)|"
+       r"CL_PLATFORM_NOT_FOUND_KHR|CL_DEVICE_NOT_FOUND|clGetPlatformIDs\b.{0,40}-1001\b", SPECIFIC,
+       "OpenCL finds no GPU: the driver's OpenCL ICD is not registered, or no driver", also=("cpu-build",)),
     # A CUDA entry point missing from a module or op namespace (torch's CPU build has no torch._C._cuda_setDevice;
     # DGL's CPU wheel no graphbolt.set_max_uva_threads): the installed build has no CUDA part. Names with "gpu"
     # are left out: Keras's `_get_available_gpus` and TensorFlow's `gpu_options` are API versions, not builds.
@@ -259,6 +306,12 @@ class FamilyHit:
     also: tuple[str, ...] = ()
 
 
+# cuDNN's INTERNAL_ERROR on its own is TensorFlow's "could not create cudnn handle" family: settled as the
+# framework reserving the GPU's memory up front (allow_growth), as the exact readers of that message say.
+_LIB_STATUS_CAUSES = {("cudnn", "INTERNAL_ERROR"): ("memory-held", "cuda-version-mismatch",
+                                                   "unsupported-compute-capability")}
+
+
 def _status_cause(m: re.Match[str]) -> tuple[str, tuple[str, ...], str] | None:
     lib, number, lib_named, name = m.groups()
     if number is not None:
@@ -266,7 +319,7 @@ def _status_cause(m: re.Match[str]) -> tuple[str, tuple[str, ...], str] | None:
         lib = lib.lower()
     else:
         lib = lib_named.lower()
-    causes = _STATUS_CAUSES.get(name or "")
+    causes = _LIB_STATUS_CAUSES.get((lib, name or "")) or _STATUS_CAUSES.get(name or "")
     if not causes:
         return None
     return causes[0], causes[1:], f"{lib} status {name}"
@@ -299,6 +352,27 @@ def _judge(sign: Pattern, m: re.Match[str]) -> tuple[str, tuple[str, ...], str] 
 _HARMLESS = re.compile(r"not a failure|can (?:safely )?be ignored|\bignore above\b", I)
 
 
+# A lookup reported over two lines (numba -s: "Finding cublas" then "ERROR: can't locate lib"): a failure that names
+# no file, after a line naming the CUDA library looked for.
+_LOOKING_FOR = re.compile(r"\b(?:Finding|Looking for|Searching for|Locating|Checking(?: for)?|Loading)\s+(?:lib)?"
+                          r"(cu\w+|nvvm|nvrtc|nccl|libdevice)\b", I)
+_NAMELESS_FAIL = re.compile(r"^\W*(?:ERROR\W*)?(?:can't|cannot|could not|couldn't|unable to|failed to) (?:locate|find|"
+                            r"load|open)(?: the)? lib(?:rary)?\b\W*$|^\W*(?:ERROR\W*)?(?:not found|missing)\W*$", I)
+
+
+def _lookups(lines: list[str], known: frozenset[int]) -> list[FamilyHit]:
+    hits = []
+    for i, raw in enumerate(lines):
+        if i + 1 in known or not _NAMELESS_FAIL.search(raw):
+            continue
+        looked = next((m for m in (_LOOKING_FOR.search(lines[j]) for j in range(i - 1, max(-1, i - 3), -1)) if m),
+                      None)
+        if looked and (_CUDA_PARTS.search(looked.group(1)) or looked.group(1).lower() == "libdevice"):
+            hits.append(FamilyHit(i + 1, "lookup-fails", "missing-cuda-libs", SPECIFIC,
+                                  f"{raw.strip()[:80]} ({looked.group(1)} not found)", ("cuda-version-mismatch",)))
+    return hits
+
+
 def read_families(lines: list[str], known: frozenset[int] = frozenset()) -> list[FamilyHit]:
     """Every family sign in ``lines`` (without colour codes), in line order, at most one per sign and line.
 
@@ -319,4 +393,4 @@ def read_families(lines: list[str], known: frozenset[int] = frozenset()) -> list
             if judged:
                 cause, also, detail = judged
                 hits.append(FamilyHit(i + 1, sign.id, cause, sign.weight, f"{line[:160]} ({detail})", also))
-    return sorted(hits, key=lambda h: h.line)
+    return sorted(hits + _lookups(lines, known), key=lambda h: h.line)

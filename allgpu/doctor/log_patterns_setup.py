@@ -27,6 +27,12 @@ SETUP_PATTERNS: tuple[Pattern, ...] = (
     _p("toolkit-init-error", r"nvidia-container-cli: (?:initialization error|mount error|detection error)",
        "no-driver", 1.0,
        "the NVIDIA Container Toolkit could not reach the host driver"),
+    # A container runtime's GPU flag finding no driver on the host (Singularity/Apptainer --nv: "Could not find any
+    # NVIDIA libraries on this host!"; the same said of binaries or of the driver).
+    _p("runtime-no-nvidia-libs", r"(?:could not|couldn't|cannot|unable to|failed to) (?:find|locate) (?:any )?"
+       r"NVIDIA (?:driver )?(?:libraries|binaries|driver)\b", "no-driver", 1.0,
+       "the container runtime found no NVIDIA driver libraries on the host (not installed, or off its search path)",
+       flags=I, also=("devices-hidden",)),
     _p("ngc-no-gpu", r"ERROR: No supported GPU\(s\) detected to run this container", "no-driver", 1.0,
        "an NGC container started without a GPU (docker run --gpus all)"),
     _p("ngc-driver-old", r"This container was built for NVIDIA Driver Release [\d.]+ or later|compatibility mode is "
