@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from allgpu.lint import check_source
+from allgpu.lint import check_path, check_source
 
 CASES = pathlib.Path(__file__).parent / "lint_cases" / "tf_settings"
 
@@ -19,6 +19,8 @@ EXPECTED = {
     "p2_dict_config.py": {("TF007", 11)},
     "p3_metric_named.py": {("TF001", 5)},
     "p4_cfg_notebook.ipynb": {("TF007", "cell 4:2")},
+    "p5_image_dir_loader.py": {("TF007", 5)},
+    "p6_batch_keyword.py": {("TF007", 7)},
 }
 
 
@@ -45,3 +47,34 @@ def test_cfg_class_reassigned_elsewhere_is_not_a_constant():
         "strategy = tf.distribute.MirroredStrategy()\n",
         "strategy = tf.distribute.MirroredStrategy()\nCFG.batch_size = 8 * strategy.num_replicas_in_sync\n")
     assert [f for f in check_source(src, "t.py", select=["TF007"])] == []
+
+
+def test_batch_keyword_named_as_the_batch():
+    """``ds.batch(batch_size=64)`` is reported by the .batch() rule, not as a library loader."""
+    [f] = check_source((CASES / "p6_batch_keyword.py").read_text(), "t.py", select=["TF007"])
+    assert "batch size 64 is fixed" in f.message and "loader" not in f.message
+
+
+TRAIN = """import tensorflow as tf
+{imp}
+
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+model.fit(tf.zeros([64, 8]), tf.zeros([64]), batch_size={batch}, epochs=2)
+"""
+
+
+@pytest.mark.parametrize("imp,batch,config,reported", [
+    ("from config import BATCH_SIZE", "BATCH_SIZE", "BATCH_SIZE = 64\n", True),
+    ("import config", "config.BATCH_SIZE", "BATCH_SIZE = 64\n", True),
+    ("import config", "config.BATCH_SIZE * strategy.num_replicas_in_sync", "BATCH_SIZE = 64\n", False),
+    ("from config import BATCH_SIZE", "BATCH_SIZE", "import os\nBATCH_SIZE = int(os.environ['BS'])\n", False),
+])
+def test_batch_constant_from_a_project_module(tmp_path, imp, batch, config, reported):
+    """A batch constant kept in the project's ``config.py``: the file beside the script is read."""
+    (tmp_path / "config.py").write_text(config)
+    (tmp_path / "train.py").write_text(TRAIN.format(imp=imp, batch=batch))
+    found = [f for f in check_path(tmp_path / "train.py", select=["TF007"]) if f.rule_id == "TF007"]
+    assert [f.line for f in found] == ([8] if reported else [])

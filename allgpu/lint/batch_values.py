@@ -22,6 +22,8 @@ def const_int(mod, node: ast.expr | None) -> int | None:
         return node.value
     if isinstance(node, ast.Name):
         values = mod.values_of(node)
+        if not values:  # ``from config import BATCH_SIZE``: the project module's constant
+            return imported_constant(mod, node)
         ints = {v.value for v in values if isinstance(v, ast.Constant) and type(v.value) is int}
         if values and len(ints) == 1 and len(values) == sum(isinstance(v, ast.Constant) for v in values):
             return ints.pop()
@@ -31,10 +33,27 @@ def const_int(mod, node: ast.expr | None) -> int | None:
             return option_default(mod, reads.pop())
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         found = class_constant(mod, node)
+        if found is None and not mod.values_of(node):
+            found = imported_constant(mod, node)  # ``import config`` ... ``config.BATCH_SIZE``
         return found if found is not None else option_default(mod, node.attr)
     if isinstance(node, ast.Subscript):
         return dict_constant(mod, node)
     return None
+
+
+def imported_constant(mod, node: ast.expr) -> int | None:
+    """``BATCH_SIZE`` imported from a module of the project (``from config import BATCH_SIZE``, or
+    ``config.BATCH_SIZE`` after ``import config``) whose every binding there is the same int literal, else None."""
+    importer = getattr(mod, "importer", None)
+    qn = mod.qualname(node) if importer is not None else None
+    if not qn or "." not in qn.lstrip("."):
+        return None
+    module, _, name = qn.rpartition(".")
+    fm = importer.load(module)
+    values = fm.assigns.get(name, []) if fm is not None else []
+    ints = {v.value for v in values if isinstance(v, ast.Constant) and type(v.value) is int}
+    return ints.pop() if values and len(ints) == 1 and len(values) == sum(
+        isinstance(v, ast.Constant) for v in values) else None
 
 
 def class_constant(mod, node: ast.Attribute) -> int | None:
@@ -131,12 +150,18 @@ def loader_batch(mod, expr: ast.expr | None, depth: int = 0) -> ast.Call | None:
     f = expr.func
     if isinstance(f, ast.Attribute) and f.attr in _DATASET_STEPS:
         return loader_batch(mod, f.value, depth + 1)
+    if isinstance(f, ast.Attribute) and f.attr in ("batch", "padded_batch"):
+        return None  # ``ds.batch(batch_size=64)``: the .batch() rule reports it
     if kwarg(expr, "batch_size") is not None and not mod.local_functions(f):
         qn = mod.qualname(f) or ""
-        if not qn.startswith(("tensorflow.", "keras.", "numpy.")):
+        if not qn.startswith(("tensorflow.", "keras.", "numpy.")) or qn.rsplit(".", 1)[-1] in _TF_LOADERS:
             return expr
     return None
 
+
+_TF_LOADERS = frozenset({"image_dataset_from_directory", "text_dataset_from_directory", "audio_dataset_from_directory",
+                         "timeseries_dataset_from_array", "make_csv_dataset", "make_batched_features_dataset"})
+"""TensorFlow's and Keras's own functions that return a pipeline already batched by their ``batch_size=``."""
 
 _DATASET_STEPS = frozenset({"map", "shuffle", "prefetch", "repeat", "cache", "filter", "with_options", "take",
                             "apply", "unbatch", "shard"})

@@ -75,9 +75,9 @@ def check_tf007(ctx) -> None:
         if not isinstance(f, ast.Attribute):
             continue
         applied = applied_batch(mod, call) if f.attr == "apply" else None
-        if (f.attr in ("batch", "padded_batch") and call.args or applied is not None) \
+        if (f.attr in ("batch", "padded_batch") and (call.args or kwarg(call, "batch_size")) or applied is not None) \
                 and tfdata.classify(mod, f.value) == "tfdata":
-            arg = applied if applied is not None else call.args[0]
+            arg = applied if applied is not None else call.args[0] if call.args else kwarg(call, "batch_size")
             if _per_replica_context(mod, call) or _evaluation_only(mod, call):
                 continue
             if trained and id(call) not in trained:
