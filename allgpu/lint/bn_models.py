@@ -43,7 +43,10 @@ def library_bn_model_calls(mod, wraps: list[ast.Call] = ()) -> list[ast.Call]:
         arch = _arch_name(mod, call)
         if arch and (arch == "<any torchvision>" or _BN_ARCH.match(arch.lower())):
             out.append(call)
-        elif id(call) in feeding and qn and not qn.startswith(("torch", "timm")) and not mod.is_foreign(call):
+        elif id(call) in feeding and not (qn or "").startswith(("torch", "timm")) and not mod.is_foreign(call):
+            if _bn_arch_passed(mod, call) or _project_bn_class(mod, call):
+                out.append(call)
+                continue
             for fn in mod.local_functions(call.func):
                 if mod.is_foreign(fn):
                     if id(fn) not in memo:
@@ -137,6 +140,46 @@ def _project_bn_zoo(owner, call: ast.Call) -> bool:
     return False
 
 
+def _shuffles_bn(cls: ast.ClassDef) -> bool:
+    """MoCo's shuffling BN: the class shuffles the batch across GPUs (``_batch_shuffle_ddp``) so that per-GPU
+    BatchNorm statistics are what the method wants; SyncBatchNorm is deliberately not used."""
+    return any(isinstance(m, ast.FunctionDef) and "shuffle" in m.name.lower() for m in cls.body)
+
+
+def _bn_arch_passed(mod, call: ast.Call) -> bool:
+    """A project builder handed a library BatchNorm architecture to build: ``SimSiam(models.__dict__[args.arch],
+    dim)``, ``Builder(torchvision.models.resnet50)``, ``Wrapper(getattr(models, args.arch))`` (uncalled); not a
+    class that shuffles the batch across GPUs for its BatchNorm (MoCo)."""
+    cls = mod.local_class(call.func)
+    if cls is not None and _shuffles_bn(cls):
+        return False
+    for v in list(call.args) + [k.value for k in call.keywords]:
+        if isinstance(v, ast.Subscript) and (mod.qualname(v.value) or "") == "torchvision.models.__dict__":
+            return True
+        if isinstance(v, ast.Call) and dotted(v.func) == "getattr" and v.args and (
+                mod.qualname(v.args[0]) or "") == "torchvision.models":
+            return True
+        qn = mod.qualname(v) if isinstance(v, (ast.Name, ast.Attribute)) else None
+        if qn and qn.startswith("torchvision.models.") and _BN_ARCH.match(qn.rsplit(".", 1)[-1].lower()):
+            return True
+    return False
+
+
+def _project_bn_class(mod, call: ast.Call) -> bool:
+    """``call`` builds a class of another project module whose methods use ``nn.BatchNorm*`` layers or build a
+    library BatchNorm model, and that never mentions SyncBatchNorm (``model = Net()`` with ``Net`` in
+    ``models.py``; this file's own classes are seen through their ``nn.BatchNorm2d`` calls)."""
+    found = _project_def(mod, call.func, checked=True)
+    if found is None or not isinstance(found[1], ast.ClassDef) or _mentions_sync_bn(found[1]):
+        return False
+    inner, node = found
+    methods = [m for m in node.body if isinstance(m, ast.FunctionDef)]
+    if _shuffles_bn(node):
+        return False
+    return any(_bn_arch_in(inner, m) or any(isinstance(n, (ast.Attribute, ast.Name)) and inner.qualname(n) in
+                                             _BN_LAYERS for n in ast.walk(m)) for m in methods)
+
+
 def _mentions_sync_bn(node) -> bool:
     names = {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(node)
              if isinstance(n, (ast.Name, ast.Attribute))}
@@ -165,14 +208,16 @@ def _returned(fn) -> set[int]:
     return out
 
 
-def _project_def(owner, func: ast.expr):
-    """``(module, class or function)`` that ``func`` names through ``owner``'s imports of its own project, or None."""
+def _project_def(owner, func: ast.expr, checked: bool = False):
+    """``(module, class or function)`` that ``func`` names through ``owner``'s imports of its own project, or None;
+    ``checked``: ``owner`` is the checked file (read through its importer)."""
     path = getattr(owner, "path", None)
+    importer = getattr(owner, "importer", None) if checked else None
     qn = owner.qualname(func) or ""
-    if path is None or "." not in qn.lstrip("."):
+    if (path is None and importer is None) or "." not in qn.lstrip("."):
         return None
     module, _, name = qn.rpartition(".")
-    return find_def(path, module, name)
+    return find_def(path, module, name) if path is not None else importer.find_def(module, name)
 
 
 def wraps_one_of(mod, wrap: ast.Call, builds: list[ast.Call], depth: int = 0) -> bool:

@@ -5,6 +5,8 @@ Two flows, both from the trainer's side (the file with the epoch loop):
 
 - the loader comes in as a parameter of the function holding the epoch loop (``def fit(self, train_loader,
   epochs)``), and a module of the project calls that function with a loader it built on a DistributedSampler;
+- the loader is what a function of another project module returns (``loader = build_loader(ds, bs)``), built there
+  on a DistributedSampler that stays inside the helper;
 - in a file that runs distributed training, the loader is an attribute of an object handed in (``for b in data.train_loader``, ``data`` from the trainer's
   package), and a module of the project (this folder, its two parents, or a folder beside this one) assigns an
   attribute of that name a loader built on a DistributedSampler (asv-subtools' ``libs/egs``, a0304).
@@ -48,10 +50,13 @@ def caller_built_loaders(mod) -> list[tuple[ast.AST, str, str]]:
             it = _unwrap(inner.iter)
             name = (dotted(it) or "").rsplit(".", 1)[-1]
             if not _training_loader_name(name):
+                where = _from_helper(mod, it) if isinstance(it, ast.Name) else None
+                if where:
+                    out.append((inner, it.id, where))
                 continue
             where = None
             if isinstance(it, ast.Name):
-                where = _from_caller(mod, outer, it.id)
+                where = _from_caller(mod, outer, it.id) or _from_helper(mod, it)
             elif isinstance(it, ast.Attribute) and distributed and (_relayed(mod, it) or not mod.assigns.get(
                     dotted(it)) and _handed_in(mod, it.value)):
                 where = _from_builder(mod, name)
@@ -119,7 +124,8 @@ def _distributed_loader(fm, value: ast.expr) -> ast.Call | None:
         if not (isinstance(v, ast.Call) and "Loader" in (dotted(v.func) or "")):
             continue
         sampler = next((k.value for k in v.keywords if k.arg == "sampler"), None)
-        given = [sampler] if isinstance(sampler, ast.Call) else fm.values_of(sampler)[:4]
+        given = [sampler] if isinstance(sampler, (ast.Call, ast.IfExp)) else fm.values_of(sampler)[:4]
+        given = [b for g in given for b in ((g.body, g.orelse) if isinstance(g, ast.IfExp) else (g,))]
         for s in given if sampler is not None else _kwargs_samplers(fm, v):
             if isinstance(s, ast.Call) and (fm.qualname(s.func) or dotted(s.func) or "").endswith("DistributedSampler"):
                 shuffle = next((k.value for k in s.keywords if k.arg == "shuffle"), None)
@@ -147,6 +153,24 @@ def _from_builder(mod, name: str) -> str | None:
                 continue
             for v in values:
                 s = _distributed_loader(fm, v)
+                if s is not None:
+                    return _where(fm, s)
+    return None
+
+
+def _from_helper(mod, it: ast.Name) -> str | None:
+    """``loader = build_loader(...)``: a function of another project module returns a loader it builds on a
+    shuffling training DistributedSampler, and neither it nor its module sets the epoch (the sampler stays inside
+    the helper, so only ``loader.sampler.set_epoch(epoch)`` could)."""
+    for v in mod.values_of(it)[:4]:
+        if not isinstance(v, ast.Call) or mod.is_foreign(v):
+            continue
+        for fn in mod.local_functions(v.func)[:1]:
+            fm = mod.owner(fn)
+            if fm is None or "set_epoch" in fm.attrs:
+                continue
+            for r in (n.value for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None):
+                s = _distributed_loader(fm, r)
                 if s is not None:
                     return _where(fm, s)
     return None
