@@ -149,10 +149,10 @@ def _shuffles_bn(cls: ast.ClassDef) -> bool:
 def _bn_arch_passed(mod, call: ast.Call) -> bool:
     """A project builder handed a library BatchNorm architecture to build: ``SimSiam(models.__dict__[args.arch],
     dim)``, ``Builder(torchvision.models.resnet50)``, ``Wrapper(getattr(models, args.arch))`` (uncalled); not a
-    class that shuffles the batch across GPUs for its BatchNorm (MoCo)."""
+    class that shuffles the batch across GPUs for its BatchNorm (MoCo), nor a class that cannot be read."""
     cls = mod.local_class(call.func)
-    if cls is not None and _shuffles_bn(cls):
-        return False
+    if cls is None or _shuffles_bn(cls):
+        return False  # a class this lint cannot read (the file alone) may shuffle its batch like MoCo's
     for v in list(call.args) + [k.value for k in call.keywords]:
         if isinstance(v, ast.Subscript) and (mod.qualname(v.value) or "") == "torchvision.models.__dict__":
             return True
@@ -177,7 +177,19 @@ def _project_bn_class(mod, call: ast.Call) -> bool:
     if _shuffles_bn(node):
         return False
     return any(_bn_arch_in(inner, m) or any(isinstance(n, (ast.Attribute, ast.Name)) and inner.qualname(n) in
-                                             _BN_LAYERS for n in ast.walk(m)) for m in methods)
+                                             _BN_LAYERS for n in _unconditional(m)) for m in methods)
+
+
+def _unconditional(fn: ast.FunctionDef):
+    """The nodes of ``fn`` outside every ``if`` and conditional expression: a layer added only ``if use_bn:``
+    (vissl's DINOHead, off by default) is an option, not the model's."""
+    todo = list(fn.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.If, ast.IfExp)):
+            continue
+        yield node
+        todo.extend(ast.iter_child_nodes(node))
 
 
 def _mentions_sync_bn(node) -> bool:
