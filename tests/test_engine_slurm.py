@@ -193,3 +193,28 @@ def test_a_task_that_fails_before_the_rendezvous_ends_the_others_naming_it(slurm
                          "instead of waiting", out), out[-3000:]
     assert "DistNetworkError" not in out, out[-3000:]  # no bare backend error when replica 0's store goes
     assert not (d / "model.pt").exists()
+
+
+# Task 0 alone on one node, tasks 1 and 2 on another (SLURM_GTIDS, SLURM_NODEID, SLURM_STEP_TASKS_PER_NODE as a
+# two-node srun gives them; both "nodes" are this machine, so `srun --overlap -w <first node>` reaches the real one).
+FIRST_NODE_SPLIT = ('export SLURM_STEP_TASKS_PER_NODE=1,2 SLURM_STEP_NUM_NODES=2; if [ "$SLURM_PROCID" = 0 ]; then '
+                    'export SLURM_GTIDS=0; else export SLURM_GTIDS=1,2 SLURM_NODEID=1 SLURMD_NODENAME=other; fi; '
+                    'exec python train.py')
+
+
+def test_task_0_failing_alone_on_its_node_ends_the_other_nodes_tasks_naming_it(slurm, tmp_path):
+    # Nobody is left on task 0's node to see it, and the store it would host never comes: the others waited until
+    # the timeout (1800 s). Now the first task of the other node asks the first node (srun --overlap ... scontrol
+    # listpids), and its node's other task follows it.
+    d = _job_dir(tmp_path, "first", "import os\nif os.environ['SLURM_PROCID'] == '0':\n"
+                 "    raise FileNotFoundError('data/train.bin')\n" + TRAIN)
+    start = time.monotonic()
+    step = subprocess.run(["srun", "-n", "3", "bash", "-c", FIRST_NODE_SPLIT], cwd=d, env={**job_env(), **slurm.env,
+                          "PATH": job_env()["PATH"]}, capture_output=True, text=True, timeout=150)
+    took, out = time.monotonic() - start, step.stdout + step.stderr
+    assert step.returncode != 0 and "FileNotFoundError: data/train.bin" in out, out[-3000:]
+    assert re.search(rf"ReplicaFailedError: task 0 of Slurm step \d+\.0 on {re.escape(slurm.host)} ended before "
+                     r"joining the job, seen from other \(`srun --overlap .*task 1 stops instead of waiting", out), \
+        out[-3000:]
+    assert re.search(r"ReplicaFailedError: task 0 of Slurm step .*task 2 stops instead of waiting", out), out[-3000:]
+    assert took < 60, f"{took:.0f} s:\n{out[-3000:]}"

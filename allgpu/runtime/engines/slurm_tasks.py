@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from allgpu.errors import ReplicaFailedError
+from allgpu.runtime.engines import slurm_nodes
 
 
 def _global_ids(text: str) -> set[int]:
@@ -63,41 +64,46 @@ def _marks(env: Mapping[str, str]) -> Path:
     return Path(tempfile.gettempdir()) / f"allgpu-slurm-{step}"
 
 
-def ended_tasks(env: Mapping[str, str] | None = None) -> list[int]:
-    """The global ids of this step's tasks on this node that ended on their own (sorted): a task this watch stopped
-    is replaced by the ones it named, never blamed itself. [] when none has ended, or when Slurm cannot say
-    (outside a step, no ``SLURM_GTIDS``, ``scontrol listpids`` unusable)."""
+def ended_tasks(env: Mapping[str, str] | None = None) -> tuple[list[int], str | None]:
+    """The global ids of this step's tasks on this node that ended on their own (sorted), and their node when
+    another node's (None: this one): a task this watch stopped is replaced by the ones it named, never blamed
+    itself. ``([], None)`` when none has ended, or when Slurm cannot say (outside a step, no ``SLURM_GTIDS``,
+    ``scontrol listpids`` unusable)."""
     env = os.environ if env is None else env
     here = _global_ids(env.get("SLURM_GTIDS", ""))
     if "SLURM_STEP_ID" not in env or len(here) < 2:
-        return []
+        return [], None
     running = running_tasks(env)
     if running is None:
-        return []
+        return [], None
     failed: set[int] = set()
+    node = None
     for task in here - running:
         try:
-            failed |= _global_ids((_marks(env) / f"followed-{task}").read_text())
+            named, _, node_named = (_marks(env) / f"followed-{task}").read_text().partition("\n")
+            failed |= _global_ids(named)
+            node = node_named.strip() or node
         except OSError:  # no mark: it ended by itself
             failed.add(task)
-    return sorted(failed)
+    return sorted(failed), node
 
 
-def _leave_mark(env: Mapping[str, str], named: list[int]) -> None:
+def _leave_mark(env: Mapping[str, str], named: list[int], node: str | None) -> None:
     try:
         folder = _marks(env)
         folder.mkdir(exist_ok=True)
-        (folder / f"followed-{env.get('SLURM_PROCID', '')}").write_text(",".join(map(str, named)))
+        text = ",".join(map(str, named)) + (f"\n{node}" if node else "")
+        (folder / f"followed-{env.get('SLURM_PROCID', '')}").write_text(text)
     except OSError:
         pass
 
 
 def ended_message(ended: list[int], rank: int, world_size: int, env: Mapping[str, str] | None = None,
-                  node: str | None = None) -> str:
+                  node: str | None = None, seen: str | None = None) -> str:
     """The error text for task ``rank`` of ``world_size`` that found ``ended`` gone before the rendezvous (on
-    ``node``, default this one)."""
+    ``node``, default this one; ``seen``: how, when not by that node's other tasks)."""
     env = os.environ if env is None else env
-    seen = ", seen by its node's other tasks" if node else ""
+    seen = seen if seen is not None else ", seen by its node's other tasks" if node else ""
     node = node or env.get("SLURMD_NODENAME") or "this node"
     step = f"{env.get('SLURM_JOB_ID', '?')}.{env.get('SLURM_STEP_ID', '?')}"
     names = ", ".join(f"task {t}" for t in ended)
@@ -119,6 +125,10 @@ class _StepMark:
     def __init__(self, env: Mapping[str, str], addr: str, port: int):
         self.key = f"allgpu/slurm/{env.get('SLURM_JOB_ID', '')}.{env.get('SLURM_STEP_ID', '')}/ended"
         self.addr, self.port, self._store = addr, port, None
+
+    def up(self) -> bool:
+        """Whether replica 0's store is (or was) reached: replica 0 is alive, or was when it opened it."""
+        return self._store is not None or _listening(self.addr, self.port)
 
     def connect(self, timeout_s: float):
         """A client of the job's store, waiting up to ``timeout_s`` for it; None if it never came."""
@@ -195,6 +205,24 @@ def _end(message: str, failed: list[int], spec, mark: _StepMark, post_from: str 
     os._exit(1)  # the rendezvous blocks in PyTorch's C++ store, which no exception can interrupt
 
 
+def _watch_first_node(env: Mapping[str, str], done: threading.Event, mark: _StepMark, end) -> None:
+    """Thread of the first task of a node other than the first: while replica 0's store is not up, look at the first
+    node's tasks from here (:mod:`.slurm_nodes`); the same ended tasks on two looks in a row: ``end`` naming them."""
+    if done.wait(slurm_nodes.AFTER_S):
+        return
+    last = None
+    while not mark.up():
+        seen = slurm_nodes.ended_on_first_node(env)
+        if seen is not None and seen == last:
+            node, tasks = seen
+            end(tasks, node, f", seen from {env.get('SLURMD_NODENAME') or 'another node'} (`srun --overlap -w "
+                             f"{node} scontrol listpids`: not running there)")
+            return
+        last = seen
+        if done.wait(slurm_nodes.POLL_S):
+            return
+
+
 @contextlib.contextmanager
 def ended_task_watch(spec, env: Mapping[str, str] | None = None) -> Iterator[None]:
     """While the body (task ``spec.rank``'s rendezvous) runs, look every ``POLL_S`` seconds
@@ -209,21 +237,23 @@ def ended_task_watch(spec, env: Mapping[str, str] | None = None) -> Iterator[Non
     mark = _StepMark(env, spec.master_addr, spec.master_port)
     here = env.get("SLURMD_NODENAME") or "this node"
 
-    def end(failed: list[int], node: str | None) -> None:
+    def end(failed: list[int], node: str | None, seen: str | None = None) -> None:
         if done.is_set() or not ending.acquire(blocking=False):
-            return  # the rendezvous completed, or the other thread is ending this process
-        _leave_mark(env, failed)  # before exiting: a task of this node finds it followed, not failed
-        _end(ended_message(failed, spec.rank, spec.world_size, env, node=node), failed, spec, mark,
+            return  # the rendezvous completed, or another watch thread is ending this process
+        _leave_mark(env, failed, node)  # before exiting: a task of this node finds it followed, not failed
+        _end(ended_message(failed, spec.rank, spec.world_size, env, node=node, seen=seen), failed, spec, mark,
              post_from=here if node is None else None)
 
     def watch_node() -> None:
         while not done.wait(POLL_S):
-            ended = ended_tasks(env)
-            if ended:
-                end(ended, None)
+            ended, node = ended_tasks(env)
+            if ended:  # of this node, or another's that a task of this node saw before it stopped
+                end(ended, None) if node is None else end(ended, node, f", seen by a task of {here}")
 
-    threads = [threading.Thread(target=target, name="allgpu-slurm-task-watch", daemon=True)
-               for target in (watch_node, lambda: mark.watch(done, end))]
+    targets = [watch_node, lambda: mark.watch(done, end)]
+    if slurm_nodes.watches_first_node(env):
+        targets.append(lambda: _watch_first_node(env, done, mark, end))
+    threads = [threading.Thread(target=target, name="allgpu-slurm-task-watch", daemon=True) for target in targets]
     for thread in threads:
         thread.start()
     try:
