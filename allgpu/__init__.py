@@ -43,6 +43,7 @@ _EXPORTS = {
     "in_cross_replica_context": "allgpu.strategies.base.context",
     "get_replica_context": "allgpu.strategies.base.context",
     "ReplicaContext": "allgpu.strategies.base.context",
+    "StrategyExtended": "allgpu.strategies.base.extended",
 }
 
 # Submodules reachable as attributes after a bare ``import allgpu`` (``allgpu.checkpoint.save(...)``).

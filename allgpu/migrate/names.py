@@ -30,6 +30,7 @@ RENAMES: dict[str, str] = {
     "tensorflow.distribute.in_cross_replica_context": "allgpu.in_cross_replica_context",
     "tensorflow.distribute.get_replica_context": "allgpu.get_replica_context",
     "tensorflow.distribute.ReplicaContext": "allgpu.ReplicaContext",
+    "tensorflow.distribute.StrategyExtended": "allgpu.StrategyExtended",
     # get_next() past the end of a distributed dataset raises allgpu's (a StopIteration), not TensorFlow's
     "tensorflow.errors.OutOfRangeError": "allgpu.errors.OutOfRangeError",
     "tensorflow.train.Checkpoint": "allgpu.checkpoint.Checkpoint",

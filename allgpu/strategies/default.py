@@ -17,6 +17,7 @@ import torch
 from allgpu.core.data import InputContext
 from allgpu.core.replica_group import ReplicaGroup
 from allgpu.errors import ArgumentTypeError
+from allgpu.strategies.base.extended import StrategyExtended
 from allgpu.strategies.base.replica_context import ReplicaContext
 from allgpu.strategies.base.checks import op_name
 from allgpu.strategies.base.tf_names import ValueContext
@@ -40,6 +41,11 @@ class DefaultStrategy:
     def scope(self) -> Iterator["DefaultStrategy"]:
         """Does nothing (TensorFlow's default ``scope()``); ``has_strategy()`` stays False inside. Local."""
         yield self
+
+    @property
+    def extended(self) -> StrategyExtended:
+        """``strategy.extended`` of one replica: its reductions return the value, ``update`` applies ``fn``. Local."""
+        return StrategyExtended(self)
 
     def replica_context(self) -> ReplicaContext:
         """A replica context of one: its ``all_reduce`` and ``all_gather`` return the value. Local."""

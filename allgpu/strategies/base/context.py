@@ -14,33 +14,10 @@ allgpu runs one replica per process, so the replica context is this process's re
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from typing import Iterator
-
 from allgpu.runtime.lone_replica import warn_if_one_of_several
+from allgpu.strategies.base.current import entered, stack as _stack
 from allgpu.strategies.base.replica_context import ReplicaContext
 from allgpu.strategies.default import default_strategy
-
-_LOCAL = threading.local()  # .stack: [(strategy, in_replica_context)], innermost last
-
-
-def _stack() -> list:
-    if not hasattr(_LOCAL, "stack"):
-        _LOCAL.stack = []
-    return _LOCAL.stack
-
-
-@contextlib.contextmanager
-def entered(strategy, replica: bool) -> Iterator[None]:
-    """Make ``strategy`` current in this thread (``replica``: its replica context, else cross-replica) for the
-    ``with`` block. Called by ``scope()`` (cross-replica) and ``run()`` (replica)."""
-    stack = _stack()
-    stack.append((strategy, replica))
-    try:
-        yield
-    finally:
-        stack.pop()
 
 
 def get_strategy():
@@ -55,8 +32,10 @@ def get_strategy():
 
 
 def has_strategy() -> bool:
-    """True inside a strategy's ``scope()`` or ``run()`` in this thread (``tf.distribute.has_strategy``)."""
-    return bool(_stack())
+    """True inside a strategy's ``scope()`` or ``run()`` in this thread (``tf.distribute.has_strategy``); False
+    for the default strategy (inside its replica context's ``merge_call``), as TensorFlow's."""
+    stack = _stack()
+    return bool(stack) and stack[-1][0] is not default_strategy()
 
 
 def in_cross_replica_context() -> bool:

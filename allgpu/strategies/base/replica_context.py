@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.utils._pytree import tree_map
@@ -12,6 +12,7 @@ from torch.utils._pytree import tree_map
 from allgpu.core import replica_collectives
 from allgpu.core.replica_group import ReplicaGroup
 from allgpu.errors import ArgumentTypeError, UnsupportedError
+from allgpu.strategies.base import current
 from allgpu.strategies.base.checks import op_name
 
 
@@ -74,6 +75,30 @@ class ReplicaContext:
             raise ArgumentTypeError(f"all_gather(value, axis): axis must be an int, e.g. axis=0; got {axis!r}.")
         self._check_collective("all_gather")
         return tree_map(lambda v: replica_collectives.all_gather(self._group, self._tensor(v), axis), value)
+
+    def merge_call(self, merge_fn: Callable, args: tuple = (), kwargs: dict | None = None) -> Any:
+        """``merge_fn(strategy, *args, **kwargs)`` in the cross-replica context, returning its result
+        (``tf.distribute.ReplicaContext.merge_call``).
+
+        Inside ``merge_fn`` ``allgpu.in_cross_replica_context()`` is True and ``get_replica_context()`` None, as
+        in TensorFlow; the replica context comes back when it returns. TensorFlow runs ``merge_fn`` once with
+        every replica's ``args``; here each replica is a process, so every replica runs it with its own ``args``,
+        and the cross-replica reductions inside (``strategy.reduce``, ``strategy.extended.reduce_to`` /
+        ``batch_reduce_to``) meet the other replicas' calls: an EMA written as TensorFlow's
+        ``merge_call(fn)`` -> ``extended.reduce_to(MEAN, value, var)`` -> ``extended.update(var, ...)`` keeps
+        every replica's copy identical. Local itself; every replica must call it, since ``merge_fn``'s
+        collectives are collectives.
+
+        Raises:
+            ArgumentTypeError: ``merge_fn`` not callable, or ``args`` not a tuple/list.
+        """
+        if not callable(merge_fn):
+            raise ArgumentTypeError(f"merge_call(merge_fn, ...) needs a callable; got {type(merge_fn).__name__}.")
+        if not isinstance(args, (tuple, list)):
+            raise ArgumentTypeError(f"merge_call(merge_fn, args=...) takes a tuple of arguments; got "
+                                    f"{type(args).__name__}. Fix: args=(value,) with a trailing comma.")
+        with current.entered(self.strategy, replica=False):
+            return merge_fn(self.strategy, *args, **(kwargs or {}))
 
     def _check_collective(self, name: str) -> None:
         if self._refuse:

@@ -9,9 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from allgpu.strategies.base.extended import StrategyExtended
 
 class TFNames:
     """Aliases mixed into :class:`allgpu.strategies.base.strategy.Strategy`; each says which method it stands for."""
+
+    @property
+    def extended(self) -> StrategyExtended:
+        """``tf.distribute.Strategy.extended``: ``update``, ``reduce_to``, ``batch_reduce_to`` (collectives),
+        ``worker_devices``, ``should_checkpoint`` ... (:class:`allgpu.strategies.base.extended.StrategyExtended`)."""
+        return StrategyExtended(self)
 
     def experimental_distribute_dataset(self, dataset, global_batch_size: int | None = None, **kwargs):
         """Alias of :meth:`distribute_dataset`, under ``tf.distribute``'s name."""
