@@ -113,3 +113,13 @@ def test_extended_on_one_replica_and_its_errors():
         strategy.replica_context().merge_call("fn")
     with pytest.raises(ArgumentTypeError, match="Keras variables"):
         extended.reduce_to("sum", object(), None)
+
+
+def test_input_options_are_refused_by_name_and_none_is_accepted():
+    from allgpu.errors import UnsupportedError
+
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    data = torch.utils.data.TensorDataset(torch.ones(4, 2))
+    assert len(list(strategy.experimental_distribute_dataset(data, 2, options=None, num_workers=0))) == 2
+    with pytest.raises(UnsupportedError, match="remove options="):
+        strategy.experimental_distribute_dataset(data, 2, options=object())

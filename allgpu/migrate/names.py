@@ -48,6 +48,34 @@ RENAMES: dict[str, str] = {
     "tensorflow.keras.losses.Reduction.SUM_OVER_BATCH_SIZE": '"sum_over_batch_size"',
     "tensorflow.keras.losses.Reduction.AUTO": '"sum_over_batch_size"',
 }
+# Constructors of tf.distribute objects that only choose how TensorFlow communicates or feeds input: the call is
+# written as None (the strategy argument that takes it is dropped, and experimental_distribute_dataset's options=
+# accepts None), with why.
+NONE_CALLS: dict[str, str] = {
+    **dict.fromkeys(("tensorflow.distribute.HierarchicalCopyAllReduce", "tensorflow.distribute.NcclAllReduce",
+                     "tensorflow.distribute.ReductionToOneDevice", "tensorflow.distribute.CrossDeviceOps",
+                     "tensorflow.distribute.experimental.CommunicationOptions",
+                     "tensorflow.distribute.experimental.CollectiveHints"),
+                    "how TensorFlow all-reduces; allgpu all-reduces with NCCL on GPUs and Gloo on CPUs"),
+    "tensorflow.distribute.InputOptions": "how TensorFlow feeds input; allgpu prefetches each replica's batches "
+                                          "to its device with pinned memory",
+}
+for _enum in ("CommunicationImplementation", "CollectiveCommunication"):
+    for _member in ("AUTO", "RING", "NCCL"):
+        RENAMES[f"tensorflow.distribute.experimental.{_enum}.{_member}"] = "None"
+# strategy.extended's members allgpu has (allgpu.strategies.base.extended.StrategyExtended), and why others are not.
+EXTENDED_MEMBERS = ("worker_devices", "parameter_devices", "should_checkpoint", "should_save_summary", "reduce_to",
+                    "batch_reduce_to", "update", "call_for_each_replica", "strategy")
+EXTENDED_WHY = {
+    "experimental_enable_get_next_as_optional": "allgpu's distributed iterators always have get_next_as_optional(): "
+                                                "delete this line",
+    "_": "a private member of TensorFlow's StrategyExtended has no allgpu equivalent: allgpu runs one replica per "
+         "process (ask strategy.num_replicas_in_sync, strategy.is_chief)",
+    "": "allgpu's strategy.extended has worker_devices, parameter_devices, should_checkpoint, should_save_summary, "
+        "reduce_to, batch_reduce_to, update and call_for_each_replica (one replica per process; TPU and variable "
+        "placement members are not offered)",
+}
+
 # Renamed functions whose positional parameters differ after the first N: more positional arguments than N are
 # not converted (TensorFlow's compute_average_loss takes sample_weight second, allgpu's global_batch_size).
 POSITIONAL_LIMIT = {"allgpu.compute_average_loss": 1}

@@ -61,6 +61,11 @@ class Rename(cst.CSTTransformer):
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         if node.attr.value in names.KERAS2_ATTRIBUTES and self.aliases:
             self.note(node, NOT_CONVERTED, f"`.{node.attr.value}`: {names.KERAS2_ATTRIBUTES[node.attr.value]}")
+        if isinstance(node.value, cst.Attribute) and node.value.attr.value == "extended" and self.aliases:
+            member = node.attr.value
+            if member not in names.EXTENDED_MEMBERS:
+                why = names.EXTENDED_WHY.get(member) or names.EXTENDED_WHY["_" if member.startswith("_") else ""]
+                self.note(node, NOT_CONVERTED, f"`.extended.{member}`: {why}")
         if qualify(dotted(node), self.aliases):
             self._chains.add(id(node))
             return False  # the whole chain is handled in leave_Attribute
@@ -140,6 +145,11 @@ class Rename(cst.CSTTransformer):
                 self.note(original, KEPT, names.PRINT_NOTE)
         if self.resets is not None and reset_states.is_reset_states(updated):
             return self._reset_states(original, updated)
+        qualified = qualify(dotted(original.func), self.aliases)
+        if qualified in names.NONE_CALLS:
+            self._forget(original, notes=True)
+            self.note(original, CHANGED, f"{dotted(original.func)}(...) -> None ({names.NONE_CALLS[qualified]})")
+            return cst.Name("None")
         target = dotted(updated.func)
         op = ops.twin(qualify(target, self.aliases), original) if not (self._tf_data_depth or self._pinned) else None
         if op:  # a raw op with a keras.ops twin: the same arguments, on the model's torch tensors

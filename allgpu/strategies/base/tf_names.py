@@ -20,8 +20,21 @@ class TFNames:
         ``worker_devices``, ``should_checkpoint`` ... (:class:`allgpu.strategies.base.extended.StrategyExtended`)."""
         return StrategyExtended(self)
 
-    def experimental_distribute_dataset(self, dataset, global_batch_size: int | None = None, **kwargs):
-        """Alias of :meth:`distribute_dataset`, under ``tf.distribute``'s name."""
+    def experimental_distribute_dataset(self, dataset, global_batch_size: int | None = None, *, options=None,
+                                        **kwargs):
+        """Alias of :meth:`distribute_dataset`, under ``tf.distribute``'s name. ``options`` (TensorFlow's
+        ``InputOptions``) must be None: allgpu prefetches each replica's batches to its device itself.
+
+        Raises:
+            UnsupportedError: ``options`` given (``allgpu migrate`` writes ``InputOptions(...)`` as None).
+        """
+        if options is not None:
+            from allgpu.errors import UnsupportedError
+
+            raise UnsupportedError(f"experimental_distribute_dataset(..., options={type(options).__name__}(...)): "
+                                   "TensorFlow's InputOptions steer its own input pipeline; allgpu prefetches each "
+                                   "replica's batches to its device with pinned memory. Fix: remove options= "
+                                   "(`allgpu migrate` writes InputOptions(...) as None).")
         return self.distribute_dataset(dataset, global_batch_size, **kwargs)
 
     def experimental_distribute_datasets_from_function(self, dataset_fn: Callable):
