@@ -16,7 +16,7 @@ from typing import Iterator
 import torch
 
 from allgpu import keras as keras_support
-from allgpu.errors import ArgumentTypeError
+from allgpu.errors import ArgumentTypeError, UnsupportedError
 from allgpu.core.assign_load import watch_assign
 from allgpu.core.mirror import mark_mirrored, mirror_tensors
 from allgpu.core.scope_record import ScopeRecord
@@ -143,9 +143,25 @@ class ScopeVariables:
 
     def _offer_no_sync(self, root: torch.nn.Module) -> None:
         """DDP's and FSDP1's ``with model.no_sync():``, kept by a ported script (timm tests ``hasattr`` first): the
-        root gets the strategy's :meth:`no_sync` unless it has one (dropped when pickled: allgpu.core.plain_pickle)."""
+        root gets the strategy's :meth:`no_sync` unless it has one (dropped when pickled: allgpu.core.plain_pickle),
+        and DDP's ``join`` / ``join_hook``, which raise :class:`UnsupportedError` naming the fix."""
         if not hasattr(root, "no_sync"):
             root.__dict__["no_sync"] = self.no_sync
+        for name in ("join", "join_hook"):  # DDP's `with model.join():`, the generic `Join([model])`'s first call
+            if not hasattr(root, name):
+                root.__dict__[name] = self._refuse_join
+
+    def _refuse_join(self, *args, **kwargs):
+        """DDP's ``model.join()`` and ``Join([model, ...])`` (pytorch/tutorials' generic_join): were a bare
+        ``AttributeError: 'Linear' object has no attribute 'join_hook'``."""
+        raise UnsupportedError(
+            "Join([model]) / model.join() (uneven inputs: replicas running different numbers of steps) is not "
+            "supported on a model mirrored by allgpu: its gradient all-reduce has no join hook to stand in for a "
+            "replica that ran out of batches. Fix: give every replica the same number of steps: "
+            "strategy.distribute_dataset(data, global_batch_size=B, drop_remainder=False) splits the last short "
+            "batch into near-equal shares (a replica with zero rows still joins the all-reduce), as does a "
+            "DataLoader over a DistributedSampler (it pads); or stop all replicas at the shortest count, "
+            "int(strategy.reduce('min', torch.tensor(len(batches)))), and drop the Join.")
 
     def _mirror(self, params: list, buffers: list) -> None:
         params = [p for p in params if id(p) not in self._mirrored_ids]
