@@ -9,8 +9,10 @@ process group at all; its collectives return their input.
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -21,6 +23,8 @@ from allgpu.errors import CollectiveTimeoutError, ReplicaFailedError
 from allgpu.core.ledger import Ledger, install_exit_record
 
 EXIT_WAIT_S = 10.0
+# A Gloo wait longer than this looks in the store, each time again, for a peer that has ended (left the job).
+PEER_CHECK_S = 2.0
 
 REDUCE_OPS = {
     "sum": dist.ReduceOp.SUM,
@@ -31,6 +35,22 @@ REDUCE_OPS = {
 
 
 _CURRENT: list = []  # the group a strategy placed in this process (at most one process group per process)
+# Set when a wait gave up on a Gloo collective whose peer had ended: a Gloo thread stays blocked in it until the
+# timeout, and the process group's destructor joins that thread, so this process must end without destroying it.
+_ABANDONED: list[bool] = []
+
+
+def _exit_if_abandoned() -> None:
+    """Registered when this module is imported, so it runs after the atexit hooks registered later (the
+    checkpoint writer's, the group's close): end the process (status 1: it is failing) before interpreter
+    finalisation frees the process group and waits for the blocked thread."""
+    if _ABANDONED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+atexit.register(_exit_if_abandoned)
 
 
 class ReplicaGroup:
@@ -157,6 +177,48 @@ class ReplicaGroup:
         except Exception as exc:  # Gloo/NCCL raise RuntimeError subclasses with transport-level text
             raise self.explain_failure(exc, time.monotonic() - start) from exc
 
+    def wait(self, work, current: str | None = None) -> None:
+        """Wait for ``work``, an asynchronous collective of this group (the gradient all-reduce); ``current`` names
+        it when it is not in the ledger.
+
+        On Gloo (CPU replicas) the wait is cut into ``PEER_CHECK_S`` slices; after each, the store says whether a
+        peer has ended (left the job or raised). Such a peer can never join this collective: after one more slice
+        (a collective it finished may still be completing here) the wait ends with the error naming it, within
+        seconds, not at the timeout. Found running pytorch/tutorials' generic_join example (replica 1 with one
+        input more than replica 0) launch-free: replica 0 stays alive after its script ends (it watches the
+        other replicas and hosts the store), so its connections stay open and replica 1 waited the whole
+        ``timeout`` (30 min by default) in its extra backward; under torchrun replica 0's exit closed them.
+        NCCL keeps a plain ``wait()`` (a timed wait there blocks the host).
+
+        Raises:
+            ReplicaFailedError / CollectiveTimeoutError: as :meth:`explain_failure`.
+        """
+        start = time.monotonic()
+        try:
+            if self.device.type != "cpu" or self.ledger.store is None:
+                work.wait()
+                return
+            ended = False
+            while True:
+                try:
+                    work.wait(timeout=timedelta(seconds=PEER_CHECK_S))
+                    return
+                except RuntimeError as exc:  # Gloo's "Operation timed out!" for a slice; the work goes on
+                    if "Operation timed out" not in str(exc) or time.monotonic() - start >= self.timeout_s:
+                        raise
+                if ended:
+                    _ABANDONED.append(True)
+                    raise RuntimeError("a peer replica ended while this one waited in the collective")
+                ended = self._peer_ended()
+        except Exception as exc:
+            raise self.explain_failure(exc, time.monotonic() - start, current) from exc
+
+    def _peer_ended(self) -> bool:
+        try:
+            return bool(self.ledger.exits())
+        except Exception:  # the store is gone: the backend reports the peer's end itself
+            return False
+
     def explain_failure(self, exc: BaseException, waited_s: float, current: str | None = None) -> Exception:
         """Turn a backend error into one that names the replicas behind it (from the ledger); ``current`` names
         an unrecorded collective (the gradient all-reduce)."""
@@ -172,7 +234,9 @@ class ReplicaGroup:
             )
         if "has ended: it left the job" in text:
             cause = ("It left the job while this replica still issued collectives: a collective called on some "
-                     "replicas only (under `if strategy.is_chief:`?). Fix: call it on every replica.")
+                     "replicas only (under `if strategy.is_chief:`?), or more training steps here than there "
+                     "(uneven numbers of batches). Fix: call it on every replica; give every replica the same "
+                     "number of steps (strategy.distribute_dataset, or a DistributedSampler).")
         elif "has ended: it raised" in text:
             cause = "Its traceback is printed above."
         else:
@@ -200,6 +264,9 @@ class ReplicaGroup:
                     left = store.add("allgpu/exit", 0)
             except Exception:  # the store is gone already: nothing left to wait for
                 pass
+        if _ABANDONED:  # destroying it would wait for the Gloo thread blocked in the abandoned collective
+            self.owns_group = False
+            return
         dist.destroy_process_group()
         wait_for_gloo_workers()  # a worker still dropping the last collective's tensors aborts a finalizing process
         self.owns_group = False

@@ -253,12 +253,8 @@ class GradientSync:
                                         [[b.numel] for b in self.buckets])
             for bucket in self.buckets:
                 if bucket.work is not None:
-                    try:
-                        bucket.work.wait()
-                    except Exception as exc:
-                        current = None if self._recorded else \
-                            f"the gradient all-reduce of backward round {self.rounds + 1}"
-                        raise self.group.explain_failure(exc, time.perf_counter() - start, current) from exc
+                    self.group.wait(bucket.work, None if self._recorded else
+                                    f"the gradient all-reduce of backward round {self.rounds + 1}")
                     bucket.work = None
                 if bucket.wire is not None:
                     bucket.buffer.copy_(bucket.wire)

@@ -300,6 +300,10 @@ class ScriptReplicas:
     def _at_exit(self) -> None:
         if self._stopping:  # another thread is stopping the replicas: let it finish before this process ends
             self._stopped.wait(15)
+            if self.failure is not None:  # a replica failed while this one was finishing: the job failed
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(1)
             return
         if self._interrupted_main:
             self._report_interrupt()
