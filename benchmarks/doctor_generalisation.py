@@ -3,9 +3,10 @@
 Three measurements, all from the committed references (``doctor_logs/real_threads.jsonl``) and the cache of texts
 (:mod:`doctor_log_cache`; never committed):
 
-* ``misses``: rounds 8-13 at their first scoring, re-run with the readers each was first scored with (the package
+* ``misses``: rounds 8-18 at their first scoring, re-run with the readers each was first scored with (the package
   taken from that commit with ``git archive``; the hits must equal the recorded figures), and their misses counted
-  by the class written by hand in ``doctor_logs/first_misses_r8_13.jsonl`` (ids and classes only): no cause named
+  by the class written by hand in ``doctor_logs/first_misses_r8_13.jsonl`` and ``first_misses_r14_18.jsonl`` (ids
+  and classes only): no cause named
   while the text carries the settled cause's words (``cue-present``), a message threads settle several ways or
   whose words point at another cause (``ambiguous``), no GPU message at all (``no-gpu-message``), a wrong first
   cause the text could have told (``wrong-readable``) or could not (``wrong-ambiguous``).
@@ -16,6 +17,9 @@ Three measurements, all from the committed references (``doctor_logs/real_thread
   Its weights are refitted here from the cache on each run and never committed.
 * the same naive Bayes alone, leave-one-round-out, on every round, and fitted only on the rounds before each
   (what the readers had when that round was first scored): what a fitted reader does without the readers.
+* ``packages``: how often a paste carries both an exception raised inside a package (a Python traceback) and a
+  package listing (pip/conda lines, ``pip show``, collect_env's ``[pip3]`` lines) that could say which build of that
+  package is installed: the most a reader of an exception's package against the listed packages could name.
 
     python benchmarks/doctor_generalisation.py            # all three
 """
@@ -38,9 +42,16 @@ from doctor_log_eval import FIRST_SCORES  # noqa: E402
 from allgpu.doctor.log_cues import read_cues  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-CLASSES = Path(__file__).resolve().parent / "doctor_logs" / "first_misses_r8_13.jsonl"
-# The readers each round was first scored with (docs/doctor.md's table; round 13: readers of e18a79e).
-FIRST_READERS = {8: "971788a", 9: "831e550", 10: "77983fa", 11: "b35b007", 12: "4ba2a97", 13: "e18a79e"}
+CLASSES = [Path(__file__).resolve().parent / "doctor_logs" / name
+           for name in ("first_misses_r8_13.jsonl", "first_misses_r14_18.jsonl")]
+# The readers each round was first scored with (docs/doctor.md's table: round 13 on, the readers landed before the
+# commit that drew the round).
+FIRST_READERS = {8: "971788a", 9: "831e550", 10: "77983fa", 11: "b35b007", 12: "4ba2a97", 13: "e18a79e",
+                 14: "b6330c7", 15: "2b45a37", 16: "1a318c9", 17: "34b8ab5", 18: "f3d64a0"}
+# Rounds still held out (doctor_log_eval scores them live) with their first scoring.
+HELD_OUT_FIRST = {18: (12, 24)}
+FIRST = {**HELD_OUT_FIRST, **FIRST_SCORES}
+SPAN = f"{min(FIRST_READERS)}-{max(FIRST_READERS)}"
 THRESHOLDS = (0.9, 0.99)
 _RUN = """
 import json, sys
@@ -55,7 +66,7 @@ print(json.dumps({i: list(verdict_from_log(read_log((Path(sys.argv[2]) / (i + '.
 
 
 def first_scoring(rows: list[dict]) -> dict[str, list[str]]:
-    """Each log of rounds 8-13 read by the readers it was first scored with; checked against FIRST_SCORES."""
+    """Each log of rounds 8-18 read by the readers it was first scored with; checked against the recorded figures."""
     out: dict[str, list[str]] = {}
     for number, commit in FIRST_READERS.items():
         ids = [r["id"] for r in rows if r.get("round") == number]
@@ -68,14 +79,14 @@ def first_scoring(rows: list[dict]) -> dict[str, list[str]]:
         named = json.loads(done.stdout)
         cause = {r["id"]: r["cause"] for r in rows}
         hits = sum(named[i][:1] == [cause[i]] for i in ids)
-        if (hits, len(ids)) != FIRST_SCORES[number]:
-            raise SystemExit(f"round {number} at {commit}: {hits}/{len(ids)}, recorded {FIRST_SCORES[number]}")
+        if (hits, len(ids)) != FIRST[number]:
+            raise SystemExit(f"round {number} at {commit}: {hits}/{len(ids)}, recorded {FIRST[number]}")
         out.update(named)
     return out
 
 
 def misses(rows: list[dict], first: dict[str, list[str]]) -> None:
-    classes = {c["id"]: c for c in map(json.loads, CLASSES.read_text().splitlines())}
+    classes = {c["id"]: c for path in CLASSES for c in map(json.loads, path.read_text().splitlines())}
     cause = {r["id"]: r["cause"] for r in rows}
     wrong = [i for i in first if first[i][:1] != [cause[i]]]
     if set(wrong) != set(classes):
@@ -84,7 +95,7 @@ def misses(rows: list[dict], first: dict[str, list[str]]) -> None:
     for i in wrong:
         table[classes[i]["round"]][classes[i]["class"]] += 1
     kinds = ("cue-present", "wrong-readable", "ambiguous", "wrong-ambiguous", "no-gpu-message")
-    print(f"first-scoring misses, rounds 8-13 ({len(first)} logs, {len(wrong)} missed):")
+    print(f"first-scoring misses, rounds {SPAN} ({len(first)} logs, {len(wrong)} missed):")
     print("round " + " ".join(f"{k:>15}" for k in kinds))
     for number in sorted(table):
         print(f"{number:5d} " + " ".join(f"{table[number][k]:15d}" for k in kinds))
@@ -149,9 +160,9 @@ def loro(rows: list[dict], texts: dict[str, str], first: dict[str, list[str]]) -
         print(line)
     print(f"naive Bayes alone, every round left out in turn: {alone['hits']}/{alone['logs']} = "
           f"{alone['hits'] / alone['logs']:.2f}")
-    base = sum(FIRST_SCORES[n][0] for n in FIRST_READERS)
-    logs = sum(FIRST_SCORES[n][1] for n in FIRST_READERS)
-    print(f"rounds 8-13 first scoring: {base}/{logs} = {base / logs:.2f}")
+    base = sum(FIRST[n][0] for n in FIRST_READERS)
+    logs = sum(FIRST[n][1] for n in FIRST_READERS)
+    print(f"rounds {SPAN} first scoring: {base}/{logs} = {base / logs:.2f}")
     for t, c in fallback.items():
         print(f"  + naive Bayes fallback (p >= {t}, left-out round): {base + c['right']}/{logs} = "
               f"{(base + c['right']) / logs:.2f} ({c['right']} right, {c['wrong']} wrong of {c['empty']} unnamed)")
@@ -176,6 +187,25 @@ def forward(rows: list[dict], texts: dict[str, str]) -> None:
           f"{total['late_hits']}/{total['late']} = {total['late_hits'] / total['late']:.2f}")
 
 
+# A Python traceback; a package listing line: "name==1.2", "name  1.2  build  channel" (pip/conda list), collect_env's
+# "[pip3] name==1.2", pip show's "Name:"/"Version:" pair.
+_TRACEBACK = re.compile(r'Traceback \(most recent call last\)|^\s*File "', re.M)
+_LISTED = re.compile(r"^\s*(?:\[(?:pip3?|conda)\]\s*)?(?:Name:\s*)?[A-Za-z][\w.-]*?(?:\s*==\s*|\s+|\s*\n\s*Version:\s*)"
+                     r"v?\d[\w.+-]*", re.M)
+
+
+def packages(rows: list[dict], texts: dict[str, str], first: dict[str, list[str]]) -> None:
+    """How many pastes carry an exception raised inside a package and a listing of the installed packages: the logs
+    a reader of the exception's package against the listed builds could read at all."""
+    cause = {r["id"]: r["cause"] for r in rows}
+    both = [i for i in texts if _TRACEBACK.search(texts[i]) and _LISTED.search(texts[i])]
+    missed = [i for i in both if i in first and first[i][:1] != [cause[i]]]
+    print(f"pastes with a traceback: {sum(bool(_TRACEBACK.search(t)) for t in texts.values())}, with a package "
+          f"listing: {sum(bool(_LISTED.search(t)) for t in texts.values())}, with both: {len(both)} of {len(texts)}; "
+          f"first-scoring misses of rounds {SPAN} with both: {len(missed)} of "
+          f"{sum(first[i][:1] != [cause[i]] for i in first)} ({', '.join(missed) or 'none'})")
+
+
 def main() -> int:
     rows = references()
     texts = load(rows)
@@ -183,6 +213,7 @@ def main() -> int:
     misses(rows, first)
     loro(rows, texts, first)
     forward(rows, texts)
+    packages(rows, texts, first)
     return 0
 
 
