@@ -3,7 +3,8 @@
 settings dict literal read as ``config["batch_size"]``, and a metric made outside the scope and written into
 ``compile(metrics=[auc])`` by name. ``p*`` files hold the pitfall at the listed line; ``n*`` files must stay clean
 (the setting rescaled by the replica count, a metric made in the scope or used only to evaluate, an instance's
-attribute set from the command line)."""
+attribute set from the command line, a constant the author names the global batch). ``p7`` is the shape of the
+tuning label a0900: ``global_batch_size = per_worker_batch_size``, a per-worker constant taken as the global batch."""
 
 import pathlib
 
@@ -21,6 +22,7 @@ EXPECTED = {
     "p4_cfg_notebook.ipynb": {("TF007", "cell 4:2")},
     "p5_image_dir_loader.py": {("TF007", 5)},
     "p6_batch_keyword.py": {("TF007", 7)},
+    "p7_global_alias.py": {("TF007", 14)},
 }
 
 

@@ -15,15 +15,19 @@ _DEFINE_INT = ("absl.flags.DEFINE_integer", "tensorflow.flags.DEFINE_integer", "
                "tensorflow.compat.v1.flags.DEFINE_integer", "flags.DEFINE_integer")
 
 
-def const_int(mod, node: ast.expr | None) -> int | None:
-    """An int literal, a name whose every assignment is the same int literal, or an option's int default (read
-    directly, ``FLAGS.batch_size``, or through a name every binding of which reads it)."""
+def const_int(mod, node: ast.expr | None, _depth: int = 0) -> int | None:
+    """An int literal, a name whose every assignment is the same int literal (or another such name:
+    ``global_batch_size = per_worker_batch_size``), or an option's int default (read directly,
+    ``FLAGS.batch_size``, or through a name every binding of which reads it)."""
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return node.value
     if isinstance(node, ast.Name):
         values = mod.values_of(node)
         if not values:  # ``from config import BATCH_SIZE``: the project module's constant
             return imported_constant(mod, node)
+        if _depth < 4 and all(isinstance(v, ast.Name) and v.id != node.id for v in values):
+            found = {const_int(mod, v, _depth + 1) for v in values}
+            return found.pop() if len(found) == 1 else None
         ints = {v.value for v in values if isinstance(v, ast.Constant) and type(v.value) is int}
         if values and len(ints) == 1 and len(values) == sum(isinstance(v, ast.Constant) for v in values):
             return ints.pop()

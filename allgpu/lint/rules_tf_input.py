@@ -15,10 +15,18 @@ from allgpu.lint.run_inputs import run_fed_pipelines
 from allgpu.lint.trainer_batch import check_trainer_batch
 
 
-def _named_global(node: ast.expr | None) -> bool:
-    """``GLOBAL_BATCH_SIZE``: the author says the constant is the global batch, split across replicas on purpose."""
+def _named_global(node: ast.expr | None, mod=None) -> bool:
+    """``GLOBAL_BATCH_SIZE``: the author says the constant is the global batch, split across replicas on purpose.
+    Not when every binding of the name is a per-replica name taken as it is (``global_batch_size =
+    per_worker_batch_size``: the author says one worker's batch is the global one)."""
     name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
-    return "global" in name.lower()
+    if "global" not in name.lower():
+        return False
+    values = mod.values_of(node) if mod is not None and isinstance(node, ast.Name) else []
+    return not (values and all(isinstance(v, ast.Name) and _PER_REPLICA.search(v.id) for v in values))
+
+
+_PER_REPLICA = re.compile(r"per_?(worker|replica|device|gpu|core|tpu|accelerator)", re.I)
 
 
 def _per_replica_context(mod, call: ast.Call) -> bool:
@@ -94,7 +102,7 @@ def check_tf007(ctx) -> None:
         if arg is None and f.attr == "fit":
             arg = star_kwarg(mod, call, "batch_size")[0]
         for size, node, note in _fixed_batches(mod, call, arg):
-            if not _named_global(arg) and dotted(arg) not in _rescaled_names(mod) and not in_test_case(mod, node):
+            if not _named_global(arg, mod) and dotted(arg) not in _rescaled_names(mod) and not in_test_case(mod, node):
                 ctx.emit("TF007", node, f"batch size {size}{note} is fixed: with N replicas each GPU gets "
                                         f"{size}/N; scale it by strategy.num_replicas_in_sync")
     _check_loaders(ctx)
@@ -114,7 +122,7 @@ def _check_loaders(ctx) -> None:
         seen.add(id(call))
         arg = kwarg(call, "batch_size")
         size = const_int(mod, arg)
-        if size is not None and size > 0 and not _named_global(arg) and dotted(arg) not in _rescaled_names(mod):
+        if size is not None and size > 0 and not _named_global(arg, mod) and dotted(arg) not in _rescaled_names(mod):
             ctx.emit("TF007", call, f"batch size {size} (given to {dotted(call.func) or 'a loader'}()) is fixed: with "
                                     f"N replicas each GPU gets {size}/N; scale it by strategy.num_replicas_in_sync")
 
@@ -156,7 +164,7 @@ def _check_tf007_in_other_modules(ctx) -> None:
                 if tfdata.classify(mod, f.value) != "tfdata" or _per_replica_context(mod, node):
                     continue
                 size, given = _const_argument(mod, fn, call, node.args[0].id)
-                if size is not None and not _named_global(given):
+                if size is not None and not _named_global(given, mod):
                     ctx.emit("TF007", call, f"batch size {size} (given to {dotted(call.func)}() "
                                             f"[{_module_name(mod, fn)}], which batches by it) is fixed: with N "
                                             f"replicas each GPU gets {size}/N; scale it by "
@@ -213,7 +221,7 @@ def _fixed_batches(mod, call: ast.Call, arg: ast.expr | None):
         if _bound_for_evaluation(mod, caller):
             continue  # ``val_dataset = extract(val_dir, batch_size=1)``: this call's pipeline is not trained on
         value, given = _const_argument(mod, fn, caller, arg.id)
-        if value is not None and not _named_global(given):
+        if value is not None and not _named_global(given, mod):
             name = caller.func.attr if isinstance(caller.func, ast.Attribute) else dotted(caller.func)
             yield value, caller, f" (given to {name}(), which batches by it at line {arg.lineno})"
 
