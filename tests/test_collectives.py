@@ -27,6 +27,9 @@ def _values():
         "gather": strategy.gather(ragged).tolist(),
         "gather_2d": strategy.gather(torch.full((r + 1, 2), float(r)), axis=0).shape,
         "ids": (strategy.replica_id_in_sync, strategy.num_replicas_in_sync),
+        # Accelerate's gather((predictions, labels)) and tf.distribute's nests: the same structure back
+        "gather_nest": strategy.gather((ragged, {"labels": torch.full((r + 1,), r)})),
+        "reduce_nest": strategy.reduce("sum", {"loss": value, "count": [torch.tensor(1.0)]}),
     }
 
 
@@ -45,6 +48,9 @@ def test_reduce_and_gather_values_on_three_replicas():
         assert got["gather"] == [0.0, 10.0, 11.0, 20.0, 21.0, 22.0]
         assert tuple(got["gather_2d"]) == (6, 2)
         assert got["ids"] == (rank, 3)
+        predictions, labels = got["gather_nest"]
+        assert predictions.tolist() == got["gather"] and labels["labels"].tolist() == [0, 1, 1, 2, 2, 2]
+        assert got["reduce_nest"]["loss"].tolist() == [6.0, 60.0] and got["reduce_nest"]["count"][0].item() == 3
 
 
 def test_one_device_reduce_is_identity_and_bad_op_is_named():
@@ -53,6 +59,14 @@ def test_one_device_reduce_is_identity_and_bad_op_is_named():
     assert strategy.gather(torch.ones(2, 3)).shape == (2, 3)
     with pytest.raises(ValueError, match="'prod'.*'sum', 'mean', 'max', 'min'"):
         strategy.reduce("prod", 1.0)
+    predictions, labels = strategy.gather((torch.ones(2), torch.zeros(2, dtype=torch.long)))  # a tuple of tensors
+    assert predictions.tolist() == [1.0, 1.0] and labels.tolist() == [0, 0]
+    assert strategy.reduce("sum", {"a": torch.tensor(2.0)})["a"].item() == 2.0
+    assert strategy.reduce("sum", (1.0, 2.0)).tolist() == [1.0, 2.0]  # numbers alone: one tensor, as before
+    for default in (allgpu.get_strategy(),):  # outside any scope: the default strategy
+        assert default.gather([torch.ones(1), torch.ones(2)])[1].shape == (2,)
+    with pytest.raises(allgpu.errors.ArgumentTypeError, match=r"strategy.gather takes .*got str"):
+        strategy.gather("labels")
 
 
 def _replica_one_skips_a_reduce():

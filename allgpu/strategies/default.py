@@ -13,13 +13,14 @@ import threading
 from typing import Any, Callable, Iterator
 
 import torch
+from torch.utils._pytree import tree_map
 
 from allgpu.core.data import InputContext
 from allgpu.core.replica_group import ReplicaGroup
 from allgpu.errors import ArgumentTypeError
 from allgpu.strategies.base.extended import StrategyExtended
 from allgpu.strategies.base.replica_context import ReplicaContext
-from allgpu.strategies.base.checks import op_name
+from allgpu.strategies.base.checks import as_tensor, is_nest, op_name
 from allgpu.strategies.base.tf_names import ValueContext
 
 
@@ -58,9 +59,12 @@ class DefaultStrategy:
         return fn(*args, **(kwargs or {}))
 
     def reduce(self, op, value: Any, axis: int | None = None) -> torch.Tensor:
-        """``value`` as a tensor (one replica: nothing to combine); with ``axis``, reduced along it. Local."""
+        """``value`` as a tensor (one replica: nothing to combine); with ``axis``, reduced along it; a dict or a
+        list/tuple holding tensors gives the same structure. Local."""
         op = op_name(op)
-        tensor = torch.as_tensor(value)
+        if is_nest(value):
+            return tree_map(lambda v: self.reduce(op, v, axis), value)
+        tensor = as_tensor(value, None, "strategy.reduce")
         if axis is None:
             return tensor
         if op == "mean" and not tensor.is_floating_point():
@@ -68,8 +72,11 @@ class DefaultStrategy:
         return {"sum": tensor.sum, "mean": tensor.mean, "max": tensor.amax, "min": tensor.amin}[op](axis)
 
     def gather(self, value: Any, axis: int = 0) -> torch.Tensor:
-        """``value`` as a tensor (a number becomes shape ``(1,)``). Local."""
-        tensor = torch.as_tensor(value)
+        """``value`` as a tensor (a number becomes shape ``(1,)``; a dict or a list/tuple holding tensors gives the
+        same structure). Local."""
+        if is_nest(value):
+            return tree_map(lambda v: self.gather(v, axis), value)
+        tensor = as_tensor(value, None, "strategy.gather")
         return tensor.reshape(1) if tensor.dim() == 0 else tensor
 
     def experimental_local_results(self, value: Any) -> tuple:

@@ -15,6 +15,7 @@ import contextlib
 from typing import Any, Callable, Iterator
 
 import torch
+from torch.utils._pytree import tree_map
 from torch.utils.data import DataLoader
 
 from allgpu.errors import ArgumentError, ArgumentTypeError
@@ -32,7 +33,7 @@ from allgpu.core.one_writer import OneWriter
 from allgpu.core.replica_group import ReplicaGroup
 from allgpu.strategies.base import context
 from allgpu.strategies.base.replica_context import ReplicaContext
-from allgpu.strategies.base.checks import op_name, validate_sync_options
+from allgpu.strategies.base.checks import as_tensor, is_nest, op_name, validate_sync_options
 from allgpu.strategies.base.full_state import full_state, install_torch_save
 from allgpu.core.scope_record import ScopeRecord
 from allgpu.strategies.base.scope import ScopeVariables
@@ -196,7 +197,8 @@ class Strategy(ScopeVariables, TFNames):
 
         Args:
             op: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"`` (``tf.distribute.ReduceOp.SUM`` etc. also accepted).
-            value: a tensor or number, same shape on every replica.
+            value: a tensor or number, same shape on every replica; or a dict, or a list/tuple holding
+                tensors (``tf.distribute``'s nests), reduced tensor by tensor into the same structure.
             axis: also reduce along this axis of each replica's value; ``"mean"`` then averages over all
                 elements of all replicas (correct when replicas hold different counts).
 
@@ -204,10 +206,13 @@ class Strategy(ScopeVariables, TFNames):
             The reduced tensor on this replica's device, identical on every replica. A collective.
 
         Raises:
-            ValueError: unknown ``op``. CollectiveTimeoutError: a replica did not arrive in time.
+            ValueError: unknown ``op``. ArgumentTypeError: a value that is no tensor or number.
+            CollectiveTimeoutError: a replica did not arrive in time.
         """
         op = op_name(op)
-        tensor = torch.as_tensor(value, device=self.device)
+        if is_nest(value):
+            return tree_map(lambda v: self.reduce(op, v, axis), value)
+        tensor = as_tensor(value, self.device, "strategy.reduce")
         if not tensor.is_floating_point() and op == "mean":
             tensor = tensor.double()
         tensor = tensor.detach().clone()
@@ -225,10 +230,14 @@ class Strategy(ScopeVariables, TFNames):
         """Concatenate every replica's ``value`` along ``axis``, in replica order (``Strategy.gather``).
 
         Sizes along ``axis`` may differ between replicas (an uneven last batch); other dimensions must match.
-        Returns a tensor of shape ``(sum of sizes along axis, ...)`` on this replica's device. A collective (two
-        all-gathers: the sizes, then the padded values).
+        Returns a tensor of shape ``(sum of sizes along axis, ...)`` on this replica's device; a dict, or a
+        list/tuple holding tensors (Accelerate's ``gather((predictions, labels))``), gives the same structure,
+        tensor by tensor. A collective (two all-gathers a tensor: the sizes, then the padded values).
+        Raises ArgumentTypeError for a value that is no tensor or number.
         """
-        tensor = torch.as_tensor(value, device=self.device)
+        if is_nest(value):
+            return tree_map(lambda v: self.gather(v, axis), value)
+        tensor = as_tensor(value, self.device, "strategy.gather")
         if tensor.dim() == 0:
             tensor = tensor.reshape(1)
         size = torch.tensor([tensor.shape[axis]], device=self.device)
