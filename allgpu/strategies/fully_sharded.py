@@ -282,9 +282,17 @@ def _validate(num_replicas, shard_modules, reshard_after_forward, mixed_precisio
     validate_shard_modules(shard_modules)
     if not isinstance(reshard_after_forward, bool):
         raise ArgumentTypeError(f"reshard_after_forward={reshard_after_forward!r}; expected True or False.")
-    if mixed_precision not in PRECISIONS:
+    if type(mixed_precision).__name__ in ("MixedPrecision", "MixedPrecisionPolicy"):  # FSDP1's, FSDP2's objects
+        dtype = {torch.bfloat16: "'bf16'", torch.float16: "'fp16'"}.get(getattr(mixed_precision, "param_dtype", None),
+                                                                      "None")
+        raise ArgumentTypeError(f"mixed_precision={mixed_precision!r} is FSDP's policy object; FullyShardedStrategy "
+                                f"takes a name. Fix: mixed_precision={dtype} (parameters all-gathered and computed in "
+                                "that dtype, gradients reduced in float32, float32 shards stepped).")
+    if not isinstance(mixed_precision, (str, type(None))) or mixed_precision not in PRECISIONS:
         raise ArgumentError(f"mixed_precision={mixed_precision!r}; expected None, 'bf16' or 'fp16'.")
     if not isinstance(offload_to_cpu, bool):
-        raise ArgumentTypeError(f"offload_to_cpu={offload_to_cpu!r}; expected True or False.")
+        fix = (f" Fix: offload_to_cpu={bool(offload_to_cpu.offload_params)} for FSDP1's {offload_to_cpu!r}."
+               if hasattr(offload_to_cpu, "offload_params") else "")
+        raise ArgumentTypeError(f"offload_to_cpu={offload_to_cpu!r}; expected True or False.{fix}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ArgumentError(f"timeout={timeout!r}; expected a positive number of seconds.")

@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 from torch import nn
 
 from allgpu.errors import ArgumentTypeError, ShardingError
+from allgpu.strategies.sharded.fsdp1_policy import fsdp1_units, is_fsdp1_policy
 
 # Containers without a forward of their own: FSDP's forward hooks would never fire on them.
 _NO_FORWARD = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
@@ -39,10 +40,10 @@ def validate_shard_modules(shard_modules) -> None:
         what = f"an empty {type(shard_modules).__name__}" if not shard_modules else f"{bad[0]!r}"
         raise ArgumentTypeError(f"shard_modules got {what}; expected torch.nn.Module subclasses such as "
                         "shard_modules=[TransformerBlock].")
-    if callable(shard_modules):
+    if callable(shard_modules) or is_fsdp1_policy(shard_modules):
         return
     raise ArgumentTypeError(f"shard_modules={shard_modules!r}; expected None (each repeated submodule class), a Module class, "
-                    "a list of Module classes, or a predicate fn(module) -> bool.")
+                    "a list of Module classes, a predicate fn(module) -> bool, or an FSDP1 auto_wrap_policy.")
 
 
 def _is_module_class(value) -> bool:
@@ -79,15 +80,20 @@ def plan_units(root: nn.Module, shard_modules=None) -> list[nn.Module]:
 
     Args:
         root: the model.
-        shard_modules: None for the default plan (module docstring), Module classes, or a predicate
-            ``fn(module) -> bool`` (every matching submodule becomes a unit; nested matches are allowed).
+        shard_modules: None for the default plan (module docstring), Module classes, a predicate
+            ``fn(module) -> bool`` (every matching submodule becomes a unit; nested matches are allowed), or an
+            FSDP1 ``auto_wrap_policy`` (the modules FSDP1 would wrap: :mod:`allgpu.strategies.sharded.fsdp1_policy`).
 
     Raises:
         ShardingError: an explicitly chosen submodule shares a parameter with a module outside it.
     """
     if shard_modules is None:
         return _default_units(root)
-    choose = _selector(shard_modules)
+    if is_fsdp1_policy(shard_modules):
+        wrapped = fsdp1_units(root, shard_modules)
+        choose = wrapped.__contains__
+    else:
+        choose = _selector(shard_modules)
     units = [m for m in root.modules() if m is not root and not isinstance(m, _NO_FORWARD) and choose(m)
              and any(True for _ in m.parameters())]
     for unit in units:
