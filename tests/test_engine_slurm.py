@@ -197,7 +197,8 @@ def test_a_task_that_fails_before_the_rendezvous_ends_the_others_naming_it(slurm
 
 # Task 0 alone on one node, tasks 1 and 2 on another (SLURM_GTIDS, SLURM_NODEID, SLURM_STEP_TASKS_PER_NODE as a
 # two-node srun gives them; both "nodes" are this machine, so `srun --overlap -w <first node>` reaches the real one).
-FIRST_NODE_SPLIT = ('export SLURM_STEP_TASKS_PER_NODE=1,2 SLURM_STEP_NUM_NODES=2; if [ "$SLURM_PROCID" = 0 ]; then '
+FIRST_NODE_SPLIT = ('export SLURM_STEP_NODELIST={host},other SLURM_STEP_TASKS_PER_NODE=1,2 SLURM_STEP_NUM_NODES=2; '
+                    'if [ "$SLURM_PROCID" = 0 ]; then '
                     'export SLURM_GTIDS=0; else export SLURM_GTIDS=1,2 SLURM_NODEID=1 SLURMD_NODENAME=other; fi; '
                     'exec python train.py')
 
@@ -209,7 +210,8 @@ def test_task_0_failing_alone_on_its_node_ends_the_other_nodes_tasks_naming_it(s
     d = _job_dir(tmp_path, "first", "import os\nif os.environ['SLURM_PROCID'] == '0':\n"
                  "    raise FileNotFoundError('data/train.bin')\n" + TRAIN)
     start = time.monotonic()
-    step = subprocess.run(["srun", "-n", "3", "bash", "-c", FIRST_NODE_SPLIT], cwd=d, env={**job_env(), **slurm.env,
+    split = FIRST_NODE_SPLIT.format(host=slurm.host)
+    step = subprocess.run(["srun", "-n", "3", "bash", "-c", split], cwd=d, env={**job_env(), **slurm.env,
                           "PATH": job_env()["PATH"]}, capture_output=True, text=True, timeout=150)
     took, out = time.monotonic() - start, step.stdout + step.stderr
     assert step.returncode != 0 and "FileNotFoundError: data/train.bin" in out, out[-3000:]
@@ -217,4 +219,30 @@ def test_task_0_failing_alone_on_its_node_ends_the_other_nodes_tasks_naming_it(s
                      r"joining the job, seen from other \(`srun --overlap .*task 1 stops instead of waiting", out), \
         out[-3000:]
     assert re.search(r"ReplicaFailedError: task 0 of Slurm step .*task 2 stops instead of waiting", out), out[-3000:]
+    assert took < 60, f"{took:.0f} s:\n{out[-3000:]}"
+
+
+# Tasks 0 and 1 on a first node named "head" (the rendezvous on this machine through MASTER_ADDR/MASTER_PORT), task 2
+# alone on this machine's node as the second: task 0 asks that node with `srun --overlap -w <this node>`.
+OTHER_NODE_SPLIT = ('export SLURM_STEP_NODELIST=head,{host} SLURM_STEP_TASKS_PER_NODE=2,1 SLURM_STEP_NUM_NODES=2 '
+                    'MASTER_ADDR=127.0.0.1 MASTER_PORT={port}; if [ "$SLURM_PROCID" = 2 ]; then export SLURM_GTIDS=2 '
+                    'SLURM_NODEID=1; else export SLURM_GTIDS=0,1 SLURM_NODEID=0 SLURMD_NODENAME=head; fi; '
+                    'exec python train.py')
+
+
+def test_a_node_whose_tasks_all_fail_is_seen_by_task_0_and_posted(slurm, tmp_path):
+    # Every task of a node other than the first failed before the rendezvous: nobody there to see it, the store is
+    # up, and the others waited until the timeout. Now task 0 asks each node none of whose tasks reached its store.
+    d = _job_dir(tmp_path, "node", "import os\nif os.environ['SLURM_PROCID'] == '2':\n"
+                 "    raise FileNotFoundError('data/train.bin')\n" + TRAIN)
+    split = OTHER_NODE_SPLIT.format(host=slurm.host, port=_free_port())
+    start = time.monotonic()
+    step = subprocess.run(["srun", "-n", "3", "bash", "-c", split], cwd=d, env={**job_env(), **slurm.env,
+                          "PATH": job_env()["PATH"]}, capture_output=True, text=True, timeout=150)
+    took, out = time.monotonic() - start, step.stdout + step.stderr
+    assert step.returncode != 0 and "FileNotFoundError: data/train.bin" in out, out[-3000:]
+    for task in (0, 1):
+        assert re.search(rf"ReplicaFailedError: task 2 of Slurm step \d+\.0 on {re.escape(slurm.host)} ended before "
+                         rf"joining the job, seen by task 0 \(`srun --overlap .*task {task} stops instead of waiting",
+                         out), out[-3000:]
     assert took < 60, f"{took:.0f} s:\n{out[-3000:]}"

@@ -13,6 +13,9 @@ ones (``srun``'s default block distribution, which the rendezvous assumes alread
 No false alarm: nothing is concluded when ``srun`` fails (an older Slurm, a site that forbids it, a timeout), and
 an answer counts only when the next look, ``POLL_S`` later, gives the same. Looks begin after ``AFTER_S`` of
 waiting (a step whose tasks all start in that time costs nothing) and stop once the store is up.
+
+Once it is up, task 0 looks alike at each other node none of whose tasks has reached the store (a node whose tasks
+all failed; a task that reaches it marks its node there), and posts what it finds in the store for every task.
 """
 
 from __future__ import annotations
@@ -39,14 +42,24 @@ def watches_first_node(env: Mapping[str, str]) -> bool:
             and nodes.isdigit() and int(nodes) > 1)
 
 
-def first_node(env: Mapping[str, str]) -> tuple[str, list[int]] | None:
-    """The step's first node and the task ids ``srun`` placed there; None when the variables do not say."""
+def nodes(env: Mapping[str, str]) -> list[tuple[str, list[int]]]:
+    """The step's nodes in order, each with the task ids ``srun`` placed there; [] when the variables do not say
+    (or do not agree: as many names as counts)."""
     try:
         hosts = expand_hostlist(env["SLURM_STEP_NODELIST"])
         counts = tasks_per_node(env["SLURM_STEP_TASKS_PER_NODE"])
     except Exception:  # a missing or malformed variable, no python-hostlist nor scontrol: nothing concluded
-        return None
-    return (hosts[0], list(range(counts[0]))) if hosts and counts else None
+        return []
+    if len(hosts) != len(counts):
+        return []
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    return [(host, list(range(start, start + count))) for host, start, count in zip(hosts, starts, counts)]
+
+
+def first_node(env: Mapping[str, str]) -> tuple[str, list[int]] | None:
+    """The step's first node and the task ids ``srun`` placed there; None when the variables do not say."""
+    listed = nodes(env)
+    return listed[0] if listed else None
 
 
 def running_on(env: Mapping[str, str], node: str, timeout_s: float = 30.0) -> set[int] | None:
@@ -70,9 +83,12 @@ def running_on(env: Mapping[str, str], node: str, timeout_s: float = 30.0) -> se
 def ended_on_first_node(env: Mapping[str, str]) -> tuple[str, list[int]] | None:
     """``(node, tasks)``: the first node's tasks not running there now; None when all run or it cannot be said."""
     first = first_node(env)
-    if first is None:
-        return None
-    node, tasks = first
+    return None if first is None else ended_on(env, *first)
+
+
+def ended_on(env: Mapping[str, str], node: str, tasks: list[int]) -> tuple[str, list[int]] | None:
+    """``(node, ended)``: those of ``tasks`` (placed on ``node``) not running there now; None when all run or it
+    cannot be said."""
     running = running_on(env, node)
     if running is None:
         return None

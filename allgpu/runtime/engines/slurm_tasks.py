@@ -125,6 +125,14 @@ class _StepMark:
     def __init__(self, env: Mapping[str, str], addr: str, port: int):
         self.key = f"allgpu/slurm/{env.get('SLURM_JOB_ID', '')}.{env.get('SLURM_STEP_ID', '')}/ended"
         self.addr, self.port, self._store = addr, port, None
+        self.node_index = env.get("SLURM_NODEID", "0")
+
+    def reached(self, node_index: int) -> bool:
+        """Whether a task of node ``node_index`` has reached the store (False while this task has not)."""
+        try:
+            return self._store is not None and self._store.check([f"{self.key}/node/{node_index}"])
+        except Exception:  # the store is gone
+            return True
 
     def up(self) -> bool:
         """Whether replica 0's store is (or was) reached: replica 0 is alive, or was when it opened it."""
@@ -148,20 +156,22 @@ class _StepMark:
                 if self._store is None:
                     if _listening(self.addr, self.port):
                         self._store = self.connect(10.0)
+                        if self._store is not None:  # this task's node has reached the store
+                            self._store.set(f"{self.key}/node/{self.node_index}", "1")
                 elif self._store.check([self.key]):
                     value = json.loads(self._store.get(self.key))
-                    found([int(t) for t in value["tasks"]], str(value["node"]))
+                    found([int(t) for t in value["tasks"]], str(value["node"]), value.get("seen"))
             except Exception:  # a store that went away, a value not ours: nothing concluded
                 return
 
-    def post(self, ended: list[int], node: str) -> None:
+    def post(self, ended: list[int], node: str, seen: str | None = None) -> None:
         """Post ``ended`` (tasks of ``node``). Replica 0 may not host the store yet: wait up to ``LINGER_S`` for it,
         unless replica 0 is among ``ended`` (then no store will come)."""
         if self._store is None and 0 not in ended:
             self._store = self.connect(LINGER_S)
         try:
             if self._store is not None:
-                self._store.set(self.key, json.dumps({"tasks": ended, "node": node}))
+                self._store.set(self.key, json.dumps({"tasks": ended, "node": node, "seen": seen}))
         except Exception:  # best effort: this task ends anyway
             pass
 
@@ -195,12 +205,14 @@ def _listening(addr: str, port: int) -> bool:
 LINGER_S = 30.0
 
 
-def _end(message: str, failed: list[int], spec, mark: _StepMark, post_from: str | None = None) -> None:
-    """Print the error; post ``failed`` for the other nodes when this node saw them (``post_from``); leave."""
+def _end(message: str, failed: list[int], spec, mark: _StepMark, post_from: str | None = None,
+         seen: str | None = None) -> None:
+    """Print the error; post ``failed`` (tasks of node ``post_from``, seen as ``seen`` says) for the other nodes when
+    this task saw them; leave."""
     error = ReplicaFailedError(message, rank=failed[0])
     print("".join(traceback.format_exception_only(type(error), error)).rstrip(), file=sys.stderr, flush=True)
     if post_from is not None:
-        mark.post(failed, post_from)
+        mark.post(failed, post_from, seen)
     mark.leave(spec.world_size - 1 - len(set(failed) - {spec.rank}), host=spec.rank == 0)
     os._exit(1)  # the rendezvous blocks in PyTorch's C++ store, which no exception can interrupt
 
@@ -223,6 +235,27 @@ def _watch_first_node(env: Mapping[str, str], done: threading.Event, mark: _Step
             return
 
 
+def _watch_other_nodes(env: Mapping[str, str], done: threading.Event, mark: _StepMark, end) -> None:
+    """Thread of task 0: look at each other node none of whose tasks has reached the store (:mod:`.slurm_nodes`);
+    the same ended tasks on two looks in a row: ``end`` naming them, posted for every task."""
+    if done.wait(slurm_nodes.AFTER_S):
+        return
+    others = list(enumerate(slurm_nodes.nodes(env)))[1:]
+    last: dict[int, object] = {}
+    while True:
+        for index, (node, tasks) in others:
+            if mark.reached(index) or done.is_set():
+                continue
+            seen = slurm_nodes.ended_on(env, node, tasks)
+            if seen is not None and seen == last.get(index):
+                end(seen[1], node, f", seen by task 0 (`srun --overlap -w {node} scontrol listpids`: not running "
+                                   "there)", post=True)
+                return
+            last[index] = seen
+        if done.wait(slurm_nodes.POLL_S):
+            return
+
+
 @contextlib.contextmanager
 def ended_task_watch(spec, env: Mapping[str, str] | None = None) -> Iterator[None]:
     """While the body (task ``spec.rank``'s rendezvous) runs, look every ``POLL_S`` seconds
@@ -237,12 +270,12 @@ def ended_task_watch(spec, env: Mapping[str, str] | None = None) -> Iterator[Non
     mark = _StepMark(env, spec.master_addr, spec.master_port)
     here = env.get("SLURMD_NODENAME") or "this node"
 
-    def end(failed: list[int], node: str | None, seen: str | None = None) -> None:
+    def end(failed: list[int], node: str | None, seen: str | None = None, post: bool = False) -> None:
         if done.is_set() or not ending.acquire(blocking=False):
             return  # the rendezvous completed, or another watch thread is ending this process
         _leave_mark(env, failed, node)  # before exiting: a task of this node finds it followed, not failed
         _end(ended_message(failed, spec.rank, spec.world_size, env, node=node, seen=seen), failed, spec, mark,
-             post_from=here if node is None else None)
+             post_from=here if node is None else node if post else None, seen=seen if post else None)
 
     def watch_node() -> None:
         while not done.wait(POLL_S):
@@ -253,6 +286,8 @@ def ended_task_watch(spec, env: Mapping[str, str] | None = None) -> Iterator[Non
     targets = [watch_node, lambda: mark.watch(done, end)]
     if slurm_nodes.watches_first_node(env):
         targets.append(lambda: _watch_first_node(env, done, mark, end))
+    if spec.rank == 0 and len(slurm_nodes.nodes(env)) > 1:
+        targets.append(lambda: _watch_other_nodes(env, done, mark, end))
     threads = [threading.Thread(target=target, name="allgpu-slurm-task-watch", daemon=True) for target in targets]
     for thread in threads:
         thread.start()
