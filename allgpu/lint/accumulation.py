@@ -17,16 +17,41 @@ _ACCUM_TEST = re.compile(r"accum|micro|update|sync")
 def under_accumulation_test(mod, node: ast.AST, loop: ast.AST) -> bool:
     """Is ``node`` under an ``if`` (inside ``loop``) that counts micro-steps: ``(i + 1) % k == 0``,
     ``ni - last_opt_step >= accumulate``? (``if use_amp: scaler.step(opt)`` is not one.)"""
+    child = node
     for anc in mod.ancestors(node):
         if anc is loop:
-            return False
-        if isinstance(anc, ast.If):
-            for n in ast.walk(anc.test):
-                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
-                    return True
-                name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
-                if name and _ACCUM_TEST.search(name.lower()):
-                    return True
+            return _skipped_before(mod, child, loop)
+        if isinstance(anc, ast.If) and _counts_micro_steps(mod, anc.test, loop):
+            return True
+        child = anc
+    return False
+
+
+def _counts_micro_steps(mod, test: ast.expr, loop: ast.AST) -> bool:
+    """A ``%`` in ``test``, a name that says accumulation, or a name the loop binds to a ``%`` comparison
+    (``should_step = (step + 1) % k == 0`` ... ``if should_step:``)."""
+    for n in ast.walk(test):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
+            return True
+        name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
+        if name and _ACCUM_TEST.search(name.lower()):
+            return True
+        if isinstance(n, ast.Name) and any(_modulo_compare(v) and any(a is loop for a in mod.ancestors(v))
+                                           for v in mod.values_of(n)):
+            return True
+    return False
+
+
+def _skipped_before(mod, stmt: ast.AST, loop: ast.AST) -> bool:
+    """An earlier statement of the loop's body skips the rest of the pass on a micro-step test
+    (``if (i + 1) % k != 0: continue``), so ``stmt`` runs every k passes."""
+    body = getattr(loop, "body", [])
+    if not any(stmt is st for st in body):
+        return False
+    for st in body[:next(i for i, x in enumerate(body) if x is stmt)]:
+        if isinstance(st, ast.If) and len(st.body) == 1 and isinstance(st.body[0], ast.Continue) and \
+                _counts_micro_steps(mod, st.test, loop):
+            return True
     return False
 
 
