@@ -49,3 +49,27 @@ def _under_job_guard(mod, node: ast.AST) -> bool:
             return True
         child = anc
     return False
+
+
+def unprepared_loaders(mod, trained) -> list[tuple[ast.Call, str]]:
+    """``(loader call, user)``: under Accelerate (a file that hands its model to ``accelerator.prepare``), a
+    DataLoader with no sampler of its own that no ``prepare`` call is given and that a training loop iterates
+    (``trained(call)``): Accelerate shards only the loaders it prepares, so every process reads all of this one."""
+    if not mod.is_imported("accelerate"):
+        return []
+    prepares = [c for c, _ in mod.calls if isinstance(c.func, ast.Attribute) and c.func.attr in (
+        "prepare", "prepare_data_loader") and c.args and any(
+        isinstance(v, ast.Call) and mod.qualname(v.func) == "accelerate.Accelerator" for v in mod.values_of(c.func.value))]
+    if not prepares:
+        return []
+    given = {dotted(a) for c in prepares for a in c.args if dotted(a)}
+    out = []
+    for call, qn in mod.calls:
+        if not (qn or "").endswith("DataLoader") or mod.is_foreign(call) or any(
+                k.arg in ("sampler", "batch_sampler", None) for k in call.keywords) or len(call.args) > 3:
+            continue
+        parent = mod.parent.get(id(call))
+        names = [dotted(t) for t in parent.targets] if isinstance(parent, ast.Assign) else []
+        if names and not any(n in given for n in names) and trained(call):
+            out.append((call, "a training loop under Accelerate that never passes it to `accelerator.prepare`"))
+    return out

@@ -152,7 +152,7 @@ def check_pt003(ctx) -> None:
     mod = ctx.mod
     # apex's DistributedDataParallel runs one process per GPU too (NVIDIA's BERT, a0310)
     if not (ctx.torch.wrapped or any(qn == "apex.parallel.DistributedDataParallel" for _, qn in mod.calls)):
-        for call, user in loaders_used_under_ddp(mod, TorchFacts):
+        for call, user in loaders_used_under_ddp(mod, TorchFacts) + loader_scope.unprepared_loaders(mod, lambda c: _trained(ctx, c)):
             ctx.emit("PT003", call, f"DataLoader without a DistributedSampler, used by {user}, which trains "
                                     "under DDP: every rank reads the whole dataset")
         return

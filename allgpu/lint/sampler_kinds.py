@@ -61,6 +61,22 @@ def passes_over_loader(mod) -> bool:
                     isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
                     for n in iter_body_nodes(inner.body)):
                 return True
+    return _restarted_loader(mod)
+
+
+def _restarted_loader(mod) -> bool:
+    """A step loop that draws with ``next()`` and starts the loader over when it runs out (``except StopIteration:
+    it = iter(train_loader)``) and runs a backward: each restart is a new pass over the data, an epoch."""
+    for loop in mod.loops:
+        nodes = list(iter_body_nodes(loop.body))
+        if not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
+                   for n in nodes):
+            continue
+        for h in (n for n in nodes if isinstance(n, ast.ExceptHandler)):
+            if "StopIteration" in (dotted(h.type) or "") and any(
+                    isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "iter" and c.args and
+                    _is_loader(mod, c.args[0]) for c in ast.walk(h)):
+                return True
     return False
 
 
