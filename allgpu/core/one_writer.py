@@ -47,7 +47,8 @@ class OneWriter:
         self.group = group
         self.count = 0  # writes asked of this replica so far
 
-    def write(self, path, write: Callable[[str], object], what: str, *, collective: bool = False):
+    def write(self, path, write: Callable[[str], object], what: str, *, collective: bool = False,
+              in_place: bool = False):
         """Run ``write(target)`` so that ``path`` is written once, by replica 0; returns ``write``'s result there.
 
         Args:
@@ -56,6 +57,9 @@ class OneWriter:
             what: the user's call, for messages (``"model.save"``).
             collective: ``write`` is itself a collective (gathers shards): other replicas run it too, into a
                 scratch name deleted afterwards.
+            in_place: replica 0 writes into ``path`` itself, not a temporary name renamed over it: a folder
+                that keeps what else it holds (``save_pretrained``'s output directory, with a tokenizer's files
+                or checkpoints beside the weights). The others still wait until it is complete.
 
         Raises:
             CheckpointError: replica 0 failed writing (every waiting replica raises it too), or made no matching
@@ -67,7 +71,7 @@ class OneWriter:
         self.count += 1
         key = _KEY.format(self.count)
         if self.group.rank == 0:
-            return self._write_here(target, write, key)
+            return self._write_here(target, write, key, in_place)
         theirs = self._wait(key, target, what, lambda state: True)
         if theirs != str(target):
             # This replica names its own file: it writes it, and returns once replica 0's file is complete too
@@ -84,10 +88,18 @@ class OneWriter:
         self._wait(key, target, what, lambda state: state != "writing")
         return None
 
-    def _write_here(self, target: Path, write, key: str):
+    def _write_here(self, target: Path, write, key: str, in_place: bool = False):
         temporary = _scratch_name(target, 0)
         store = self.group.ledger.store
         store.set(key, f"{target}\nwriting")
+        if in_place:
+            try:
+                result = write(str(target))
+            except BaseException as exc:
+                store.set(key, f"{target}\nerror {type(exc).__name__}: {exc}")
+                raise
+            store.set(key, f"{target}\ndone")
+            return result
         try:
             result = write(str(temporary))
             if temporary.is_dir() and target.is_dir():
@@ -140,21 +152,23 @@ def _remove(path: Path) -> None:
 
 _READ_FAILURES = ("File not found", "Bad CRC-32", "PytorchStreamReader failed", "Ran out of input",
                   "not a zip file", "File is not a zip file", "truncated", "Unable to open file",
-                  "unable to open file", "No such file or directory")
+                  "unable to open file", "No such file or directory",
+                  "no file named", "Error while deserializing header")  # transformers' from_pretrained, safetensors
 
 
 def read_hint(exc: BaseException, rank: int) -> str | None:
     """For a replica other than 0 that failed reading a file (missing, partial, corrupt): the note naming the
     likely cause in a job (replica 0 writes it under ``if strategy.is_chief:``, unawaited) and the fix."""
     zip_error = type(exc).__name__ == "BadZipFile"
-    file_error = isinstance(exc, (OSError, ValueError, EOFError, RuntimeError)) and \
+    file_error = (isinstance(exc, (OSError, ValueError, EOFError, RuntimeError))
+                  or type(exc).__name__ == "SafetensorError") and \
         any(text in str(exc) for text in _READ_FAILURES)
     if rank == 0 or not (zip_error or file_error):
         return None
     return (f"allgpu: replica {rank} failed reading a file. If replica 0 writes it under `if strategy.is_chief:`, "
             "the other replicas read it before it exists or while it is being written. Fix: call the save on every "
             "replica (model.save, model.save_weights, torch.save(strategy.full_state_dict(model), path), "
-            "allgpu.checkpoint.save): replica 0 writes and the others return once the file is complete; or call "
+            "allgpu.checkpoint.save, a Hugging Face model's save_pretrained): replica 0 writes and the others return once the file is complete; or call "
             "strategy.barrier() after the guarded save, before reading.")
 
 

@@ -17,6 +17,7 @@ import torch
 
 from allgpu import keras as keras_support
 from allgpu.errors import ArgumentTypeError, UnsupportedError
+from allgpu.core import hf_save
 from allgpu.core.assign_load import watch_assign
 from allgpu.core.mirror import mark_mirrored, mirror_tensors
 from allgpu.core.scope_record import ScopeRecord
@@ -139,6 +140,7 @@ class ScopeVariables:
         for root in roots:
             if watch_flag is not None:
                 self._offer_no_sync(root)
+                hf_save.offer(root, self._writer)  # a Hugging Face model's save_pretrained on every replica
             watch_assign(root, keep=lambda p: id(p) in self._mirrored_ids, adopt=lambda new: None)
 
     def _offer_no_sync(self, root: torch.nn.Module) -> None:

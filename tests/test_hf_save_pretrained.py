@@ -1,0 +1,80 @@
+"""A Hugging Face model's ``save_pretrained(d)`` called on every replica (an Accelerate script ported to allgpu:
+``save_pretrained(d, is_main_process=strategy.is_chief)``), then ``from_pretrained(d)``. transformers 5 writes from
+rank 0 only and returns at once on the others, which then read a folder without weights (1 run in 4 with a tiny
+BERT: ``OSError: Error no file named model.safetensors``). The model class here behaves as transformers 5's does
+(no transformers needed); its write is slowed so the race is certain."""
+
+import json
+import os
+
+import pytest
+
+from allgpu.core.one_writer import read_hint
+from tests.harness import run_python, write_script
+
+SCRIPT = """
+import copy, json, os, sys, time
+import torch, torch.distributed as dist, allgpu
+
+class TinyPretrained(torch.nn.Module):  # transformers 5's PreTrainedModel, as far as saving goes
+    def __init__(self):
+        super().__init__()
+        self.dense = torch.nn.Linear(4, 3)
+    def forward(self, x):
+        return self.dense(x)
+    def save_pretrained(self, save_directory, is_main_process=True):
+        os.makedirs(save_directory, exist_ok=True)
+        if is_main_process and (not dist.is_initialized() or dist.get_rank() == 0):
+            time.sleep(1.0)  # a big model's write
+            torch.save(self.state_dict(), os.path.join(save_directory, "weights.pt"))
+    @classmethod
+    def from_pretrained(cls, save_directory):
+        path = os.path.join(save_directory, "weights.pt")
+        if not os.path.exists(path):
+            raise OSError(f"Error no file named weights.pt found in directory {save_directory}.")
+        model = cls()
+        model.load_state_dict(torch.load(path, weights_only=True))
+        return model
+
+out = sys.argv[1]
+strategy = allgpu.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    model = TinyPretrained()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+os.makedirs("model_out", exist_ok=True)
+if strategy.is_chief:
+    open("model_out/tokenizer.json", "w").write("{}")
+strategy.barrier()
+ok = []
+for step in range(2):
+    model(torch.randn(2, 4)).sum().backward(); optimizer.step(); optimizer.zero_grad()
+    model.save_pretrained("model_out", is_main_process=strategy.is_chief)
+    again = TinyPretrained.from_pretrained("model_out")
+    ok.append(all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values())))
+ok.append(os.path.exists("model_out/tokenizer.json"))  # written in place: the folder keeps its other files
+ok.append("save_pretrained" not in copy.deepcopy(model).__dict__)  # a copy is a plain module
+json.dump(ok, open(os.path.join(out, f"r{strategy.replica_id_in_sync}.json"), "w"))
+"""
+
+
+@pytest.mark.replicas
+@pytest.mark.timeout(300)
+def test_save_pretrained_on_every_replica_writes_once_and_loads_everywhere(tmp_path):
+    script = write_script(tmp_path, "train.py", SCRIPT)
+    out, work = tmp_path / "out", tmp_path / "work"
+    out.mkdir(), work.mkdir()
+    result = run_python([str(script), str(out)], timeout=240, cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    oks = {r: json.loads((out / f"r{r}.json").read_text()) for r in range(2)}
+    assert all(ok == [True] * 4 for ok in oks.values()), oks
+    assert not [p for p in os.listdir(work / "model_out") if p.startswith(".allgpu-tmp")]
+
+
+@pytest.mark.unit
+def test_a_guarded_save_pretrained_read_early_gets_the_note():
+    """transformers' and safetensors' wordings for a folder or file not yet written."""
+    missing = OSError("Error no file named model.safetensors, or pytorch_model.bin, found in directory out.")
+    assert "strategy.barrier()" in read_hint(missing, 1)
+    partial = type("SafetensorError", (Exception,), {})("Error while deserializing header: HeaderTooSmall")
+    assert "save_pretrained" in read_hint(partial, 1)
+    assert read_hint(missing, 0) is None
