@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -295,3 +296,14 @@ def test_each_engine_names_its_job_alike_on_every_process_for_the_rendezvous_che
            "SKYPILOT_TASK_ID": "sky-2026-11-25-task"}
     assert job({**sky, "SKYPILOT_NODE_RANK": "0"}) == job({**sky, "SKYPILOT_NODE_RANK": "1"}) == \
         "SkyPilot task sky-2026-11-25-task"
+
+
+def test_a_slurm_step_with_fewer_tasks_than_gpus_names_the_idle_ones():
+    # srun -n 1 (submitit tasks_per_node=1) on a node of 8 GPUs: one replica on cuda:0, 7 GPUs idle without a word
+    from allgpu.runtime.placement import idle_gpus
+
+    one = discover(srun_env(procid=0, ntasks=1, SLURM_STEP_TASKS_PER_NODE="1", SLURM_STEP_NODELIST="gpu07")).process
+    assert "7 stay idle" in idle_gpus(one, 8) and "tasks_per_node=8" in idle_gpus(one, 8)
+    four = discover(srun_env(procid=1, localid=1)).process  # 4 tasks a node, each seeing the node's 4 GPUs
+    assert idle_gpus(four, 4) == "" and idle_gpus(four, 1) == ""  # --gpus-per-node=4, --gpus-per-task=1
+    assert idle_gpus(dataclasses.replace(one, source="torchrun"), 8) == ""  # a launcher's count is the user's

@@ -127,6 +127,10 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
         if launched.error_dir:  # a replica allgpu started (launch-free, or allgpu run): its stdout is shared
             whole_lines()
         device = launched_device(spec.local_rank, launched)
+        if wanted is None and not launched.devices and device.type == "cuda" and spec.local_rank == 0:
+            hint = idle_gpus(spec, cuda_device_count())
+            if hint:
+                warn_user(f"{name}: {hint}", RuntimeWarning)
         # torchrun's variables name the rendezvous (under torchrun: the agent's store); an engine such as Slurm
         # names it only through its own variables, read into spec.
         env_init = "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ and "RANK" in os.environ
@@ -152,6 +156,20 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
         _refuse_multiprocessing_child(name, len(device_list))
     first = engine.first_replica(len(device_list)) if engine is not None else None
     return _start(name, device_list, timeout_s, backend, fallback, first)
+
+
+def idle_gpus(spec: ClusterSpec, visible: int) -> str:
+    """The sentence for a Slurm step (or submitit's local executor) that started fewer tasks on this machine than
+    each sees GPUs (``srun -n 1`` or ``tasks_per_node=1`` with 8 GPUs): each task is one replica, so the other GPUs
+    stay idle; "" when none does or for other engines (a launcher's process count is the user's own choice)."""
+    if spec.source not in ("Slurm", "submitit (local)") or visible <= spec.local_world_size:
+        return ""
+    start = ("tasks_per_node" if spec.source.startswith("submitit") else "srun --ntasks-per-node / submitit "
+             "tasks_per_node")
+    return (f"{spec.source} started {spec.local_world_size} task{'s' if spec.local_world_size != 1 else ''} on this "
+            f"machine, each one replica on one GPU, but each sees {visible} GPUs: {visible - spec.local_world_size} "
+            f"stay idle. Fix: one task per GPU ({start}={visible}), or ask Slurm for as many GPUs as tasks "
+            "(--gpus-per-task=1).")
 
 
 def _refuse_multiprocessing_child(name: str, count: int) -> None:
