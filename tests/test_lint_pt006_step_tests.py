@@ -69,6 +69,16 @@ def test_step_after_a_micro_step_continue(tmp_path, ctx, skip, expected):
 
 
 @pytest.mark.unit
+def test_skip_before_the_backward_is_a_share_of_batches(tmp_path):
+    """``if (i + 1) % k != 0: continue`` before forward and backward: the loop takes every k-th batch and steps on
+    each one it takes; nothing accumulates (the code before this test reported it)."""
+    text = CONTINUE.replace("        with {ctx}:", "        if {skip}:\n            continue\n        with {ctx}:")
+    text = text.replace("        if {skip}:\n            continue\n        opt.step()", "        opt.step()")
+    assert "continue\n        opt.step()" not in text
+    assert _pt006(tmp_path, text.format(ctx="contextlib.nullcontext()", skip="(i + 1) % args.accum != 0")) == []
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("flag, expected", [
     ("(step + 1) % args.gradient_accumulation_steps == 0", [14]),
     ("loss.item() > 0", []),

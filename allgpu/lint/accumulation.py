@@ -48,10 +48,13 @@ def _skipped_before(mod, stmt: ast.AST, loop: ast.AST) -> bool:
     body = getattr(loop, "body", [])
     if not any(stmt is st for st in body):
         return False
-    for st in body[:next(i for i, x in enumerate(body) if x is stmt)]:
+    before = body[:next(i for i, x in enumerate(body) if x is stmt)]
+    for j, st in enumerate(before):
         if isinstance(st, ast.If) and len(st.body) == 1 and isinstance(st.body[0], ast.Continue) and \
-                _counts_micro_steps(mod, st.test, loop):
-            return True
+                _counts_micro_steps(mod, st.test, loop) and any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
+                for s in before[:j] for n in ast.walk(s)):
+            return True  # the backward runs before the skip (a skip before it too is a rank's share of batches)
     return False
 
 
