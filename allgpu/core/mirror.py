@@ -215,11 +215,17 @@ class MirrorCheck:
             owner = f"a {type(module).__name__}"
             if "_torch_params." in name:  # a Keras variable: name it by its Keras path
                 where = f"{name.split('_torch_params.')[-1]!r} (Keras variable)"
+        if self.num_replicas == 1:  # a notebook kernel, one GPU: nothing is lost in this run, but on N it would be
+            why = ("this run has one replica, so nothing is lost here, but on N replicas each would train its own "
+                   "copy, its gradients never averaged (TensorFlow trains such a model on one device): allgpu stops "
+                   "here as it would there, rather than let the code pass now and fail on more devices. ")
+        else:
+            why = (f"so replica {self.rank} would train it alone: its gradients would not be averaged across the "
+                   f"{self.num_replicas} replicas. This is the most common reason a multi-GPU job trains on one "
+                   "device. ")
         return (
             f"parameter {where} (shape {tuple(param.shape)}, on {param.device}) of {owner} "
-            f"was created outside strategy.scope(), so replica {self.rank} would train it alone: its gradients "
-            f"would not be averaged across the {self.num_replicas} replicas. This is the most common reason a "
-            "multi-GPU job trains on one device. Fix: build the model (and optimizer) inside\n"
+            f"was created outside strategy.scope(), {why}Fix: build the model (and optimizer) inside\n"
             "    with strategy.scope():\n        model = ...\n"
             "or, for a model you already have, call model = strategy.mirror(model) once before training."
         )
