@@ -20,6 +20,7 @@ If a multi-device start fails (a GPU that is not there, a driver or NCCL error, 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -146,6 +147,8 @@ def place_replicas(name: str, devices=None, num_replicas: int | None = None, *, 
         return Placement(dist.get_rank(), dist.get_world_size(), local_rank, dist.get_world_size(),
                          launched_device(local_rank, launched), timeout_s, source="user")
     device_list = resolve_replica_devices(num_replicas, devices)
+    if devices is None and num_replicas is None and len(device_list) == 1 and engine is None:
+        _refuse_lone_spawn_worker(name)
     if devices is None and num_replicas is None and not device_list[0].is_cuda and engine is None:
         # tf.distribute logs the devices it took; a silent one-replica run on the CPU is the case to say why.
         warn_user(f"{name}() found no GPU, so it runs one replica on /cpu:0: {why_no_gpu()} For replicas on CPU "
@@ -170,6 +173,28 @@ def idle_gpus(spec: ClusterSpec, visible: int) -> str:
             f"machine, each one replica on one GPU, but each sees {visible} GPUs: {visible - spec.local_world_size} "
             f"stay idle. Fix: one task per GPU ({start}={visible}), or ask Slurm for as many GPUs as tasks "
             "(--gpus-per-task=1).")
+
+
+def _refuse_lone_spawn_worker(name: str) -> None:
+    """``mp.spawn(main, nprocs=N)`` kept from a DDP script (pytorch/examples' ddp-tutorial-series multigpu.py) with
+    ``init_process_group`` dropped, on a machine where the strategy finds one device: each of the N processes
+    trained a model of its own, silently (the warning spoke of the missing GPU only). Raised for the default
+    devices only: ``devices=[...]`` given explicitly in a spawned worker keeps its one-replica run."""
+    frame = sys._getframe()
+    while frame is not None and not (frame.f_code.co_name == "_wrap"
+                                     and frame.f_code.co_filename.endswith(os.path.join("multiprocessing", "spawn.py"))
+                                     and "torch" in frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return
+    index = frame.f_locals.get("i", "?")
+    raise StrategyStartError(
+        f"{name}() runs in process {index} of torch.multiprocessing.spawn without a process group and found one "
+        "device here, so each process mp.spawn started would train a model of its own (separate one-replica jobs). "
+        "Fix: drop mp.spawn and call the worker once with devices=['/cpu:0', '/cpu:1'] (or num_replicas=N): the "
+        "strategy starts the replicas; or allgpu.launch(fn, num_replicas=N); or keep mp.spawn and call "
+        "torch.distributed.init_process_group(rank=i, world_size=N) before the strategy, which then joins it. To "
+        "train one model per process on purpose, pass devices=['/cpu:0'].")
 
 
 def _refuse_multiprocessing_child(name: str, count: int) -> None:
