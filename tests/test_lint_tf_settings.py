@@ -80,3 +80,41 @@ def test_batch_constant_from_a_project_module(tmp_path, imp, batch, config, repo
     (tmp_path / "train.py").write_text(TRAIN.format(imp=imp, batch=batch))
     found = [f for f in check_path(tmp_path / "train.py", select=["TF007"]) if f.rule_id == "TF007"]
     assert [f.line for f in found] == ([8] if reported else [])
+
+
+ABSL_MAIN = """import tensorflow as tf
+from absl import app, flags
+{imp}
+
+FLAGS = flags.FLAGS
+
+
+def {fn}(_):
+    strategy = tf.distribute.MirroredStrategy()
+    ds = tf.data.Dataset.from_tensor_slices((tf.zeros([64, 8]), tf.zeros([64])))
+    ds = ds.batch(FLAGS.batch_size).prefetch(tf.data.AUTOTUNE)
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+        model.compile(optimizer="adam", loss="mse")
+    model.fit(ds, epochs=1)
+
+
+app.run({fn})
+"""
+
+
+@pytest.mark.parametrize("fn,imp,reported", [
+    ("main", "from utils import flags_def  # noqa: F401", True),   # absl's main(_): not an input function
+    ("main", "", False),                                           # the flag's default is nowhere in the project
+    ("dataset_fn", "from utils import flags_def  # noqa: F401", False),  # a ``def fn(_)`` input function
+])
+def test_absl_flag_defined_in_a_project_module(tmp_path, fn, imp, reported):
+    """``flags.DEFINE_integer("batch_size", 128, ...)`` in ``utils/flags_def.py``, read as ``FLAGS.batch_size`` in
+    absl's ``def main(_)`` (once taken for an input function's context argument and skipped)."""
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "__init__.py").write_text("")
+    (tmp_path / "utils" / "flags_def.py").write_text(
+        "from absl import flags\n\nflags.DEFINE_integer('batch_size', 128, 'global batch')\n")
+    (tmp_path / "train.py").write_text(ABSL_MAIN.format(imp=imp, fn=fn))
+    found = [f for f in check_path(tmp_path / "train.py", select=["TF007"]) if f.rule_id == "TF007"]
+    assert [f.line for f in found] == ([11] if reported else [])

@@ -8,6 +8,7 @@ pipeline training consumes (``imagenet.load(split="train", batch_size=FLAGS.batc
 from __future__ import annotations
 
 import ast
+import re
 
 from allgpu.lint.resolve import const_str, dotted, kwarg
 
@@ -90,13 +91,12 @@ def dict_constant(mod, node: ast.Subscript) -> int | None:
         if len(hits) != 1 or not (isinstance(hits[0], ast.Constant) and type(hits[0].value) is int):
             return None
         found.add(hits[0].value)
-    name = node.value.id
-    for n in ast.walk(mod.tree):
-        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and dotted(n.value) == name:
-            return None
-        if isinstance(n, ast.Attribute) and dotted(n.value) == name and n.attr in ("update", "setdefault", "__setitem__"):
-            return None
-    return found.pop() if len(found) == 1 else None
+    changed = mod.__dict__.get("_dicts_changed")
+    if changed is None:  # names stored into (``config["batch_size"] *= n``) or updated, once per file
+        changed = mod.__dict__["_dicts_changed"] = {dotted(n.value) for n in ast.walk(mod.tree) if (
+            isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store)) or (
+            isinstance(n, ast.Attribute) and n.attr in ("update", "setdefault", "__setitem__"))}
+    return found.pop() if len(found) == 1 and node.value.id not in changed else None
 
 
 def option_default(mod, name: str) -> int | None:
@@ -104,8 +104,26 @@ def option_default(mod, name: str) -> int | None:
     cache = mod.__dict__.setdefault("_option_defaults", None)
     if cache is None:
         cache = mod.__dict__["_option_defaults"] = _options(mod)
-    found = cache.get(name, [])
+    found = cache.get(name) or _imported_options(mod).get(name, [])
     return found[0] if len(found) == 1 else None
+
+
+def _imported_options(mod) -> dict[str, list[int]]:
+    """The int options defined in the project modules this file imports (``from utils import flags_def``: absl
+    flags are global, so a flag defined there is read here as ``FLAGS.batch_size``)."""
+    cache = mod.__dict__.get("_imported_option_defaults")
+    if cache is not None:
+        return cache
+    out: dict[str, list[int]] = {}
+    importer = getattr(mod, "importer", None)
+    for target in set(getattr(mod, "aliases", {}).values()) if importer is not None else ():
+        for name in {target, target.rpartition(".")[0]} - {""}:
+            fm = importer.load(name)
+            if fm is not None and fm is not mod:
+                for k, v in _options(fm).items():
+                    out.setdefault(k, []).extend(v)
+    mod.__dict__["_imported_option_defaults"] = out
+    return out
 
 
 def _options(mod) -> dict[str, list[int]]:
@@ -169,3 +187,29 @@ _TF_LOADERS = frozenset({"image_dataset_from_directory", "text_dataset_from_dire
 
 _DATASET_STEPS = frozenset({"map", "shuffle", "prefetch", "repeat", "cache", "filter", "with_options", "take",
                             "apply", "unbatch", "shard"})
+
+
+def named_global(node: ast.expr | None, mod=None) -> bool:
+    """``GLOBAL_BATCH_SIZE``: the author says the constant is the global batch, split across replicas on purpose.
+    Not when every binding of the name is a per-replica name taken as it is (``global_batch_size =
+    per_worker_batch_size``: the author says one worker's batch is the global one)."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    if "global" not in name.lower():
+        return False
+    values = mod.values_of(node) if mod is not None and isinstance(node, ast.Name) else []
+    return not (values and all(isinstance(v, ast.Name) and PER_REPLICA.search(v.id) for v in values))
+
+
+PER_REPLICA = re.compile(r"per_?(worker|replica|device|gpu|core|tpu|accelerator)", re.I)
+
+
+def per_replica_context(mod, call: ast.Call) -> bool:
+    """Inside an input function that receives an ``input_context`` (``distribute_datasets_from_function``,
+    ``create_per_worker_dataset``): its batch is per replica or per worker by definition."""
+    fn = mod.enclosing_function(call)
+    while fn is not None:
+        args = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        if any("context" in a or a == "ctx" for a in args) or "_" in args and fn.name != "main":
+            return True  # absl's ``def main(_)`` given to ``app.run`` is not an input function
+        fn = mod.enclosing_function(fn)
+    return False

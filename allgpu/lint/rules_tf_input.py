@@ -6,40 +6,13 @@ import ast
 import re
 
 from allgpu.lint import tfdata
-from allgpu.lint.batch_values import applied_batch, const_int, loader_batch
+from allgpu.lint.batch_values import applied_batch, const_int, loader_batch, named_global, per_replica_context
 from allgpu.lint.astutil import in_test_case, star_kwarg
 from allgpu.lint.binding import after_strategy_ends, name_loads
 from allgpu.lint.config_batch import check_config_batch
 from allgpu.lint.resolve import dotted, has_star_kwargs, iter_body_nodes, kwarg
 from allgpu.lint.run_inputs import run_fed_pipelines
 from allgpu.lint.trainer_batch import check_trainer_batch
-
-
-def _named_global(node: ast.expr | None, mod=None) -> bool:
-    """``GLOBAL_BATCH_SIZE``: the author says the constant is the global batch, split across replicas on purpose.
-    Not when every binding of the name is a per-replica name taken as it is (``global_batch_size =
-    per_worker_batch_size``: the author says one worker's batch is the global one)."""
-    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
-    if "global" not in name.lower():
-        return False
-    values = mod.values_of(node) if mod is not None and isinstance(node, ast.Name) else []
-    return not (values and all(isinstance(v, ast.Name) and _PER_REPLICA.search(v.id) for v in values))
-
-
-_PER_REPLICA = re.compile(r"per_?(worker|replica|device|gpu|core|tpu|accelerator)", re.I)
-
-
-def _per_replica_context(mod, call: ast.Call) -> bool:
-    """Inside an input function that receives an ``input_context`` (``distribute_datasets_from_function``,
-    ``create_per_worker_dataset``): its batch is per replica or per worker by definition."""
-    fn = mod.enclosing_function(call)
-    while fn is not None:
-        args = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
-        if any("context" in a or a in ("ctx", "_") for a in args):
-            return True
-        fn = mod.enclosing_function(fn)
-    return False
-
 
 _DATASET_WORDS = ("dataset", "ds", "data_gen", "generator", "loader", "iterator", "flow")
 
@@ -86,7 +59,7 @@ def check_tf007(ctx) -> None:
         if (f.attr in ("batch", "padded_batch") and (call.args or kwarg(call, "batch_size")) or applied is not None) \
                 and tfdata.classify(mod, f.value) == "tfdata":
             arg = applied if applied is not None else call.args[0] if call.args else kwarg(call, "batch_size")
-            if _per_replica_context(mod, call) or _evaluation_only(mod, call):
+            if per_replica_context(mod, call) or _evaluation_only(mod, call):
                 continue
             if trained and id(call) not in trained:
                 continue  # training's pipelines are known and this is not one (a vocabulary, a metric's candidates)
@@ -102,7 +75,7 @@ def check_tf007(ctx) -> None:
         if arg is None and f.attr == "fit":
             arg = star_kwarg(mod, call, "batch_size")[0]
         for size, node, note in _fixed_batches(mod, call, arg):
-            if not _named_global(arg, mod) and dotted(arg) not in _rescaled_names(mod) and not in_test_case(mod, node):
+            if not named_global(arg, mod) and dotted(arg) not in _rescaled_names(mod) and not in_test_case(mod, node):
                 ctx.emit("TF007", node, f"batch size {size}{note} is fixed: with N replicas each GPU gets "
                                         f"{size}/N; scale it by strategy.num_replicas_in_sync")
     _check_loaders(ctx)
@@ -122,7 +95,7 @@ def _check_loaders(ctx) -> None:
         seen.add(id(call))
         arg = kwarg(call, "batch_size")
         size = const_int(mod, arg)
-        if size is not None and size > 0 and not _named_global(arg, mod) and dotted(arg) not in _rescaled_names(mod):
+        if size is not None and size > 0 and not named_global(arg, mod) and dotted(arg) not in _rescaled_names(mod):
             ctx.emit("TF007", call, f"batch size {size} (given to {dotted(call.func) or 'a loader'}()) is fixed: with "
                                     f"N replicas each GPU gets {size}/N; scale it by strategy.num_replicas_in_sync")
 
@@ -161,10 +134,10 @@ def _check_tf007_in_other_modules(ctx) -> None:
                 if not (isinstance(node, ast.Call) and isinstance(f, ast.Attribute) and f.attr in ("batch", "padded_batch")
                         and node.args and isinstance(node.args[0], ast.Name)):
                     continue
-                if tfdata.classify(mod, f.value) != "tfdata" or _per_replica_context(mod, node):
+                if tfdata.classify(mod, f.value) != "tfdata" or per_replica_context(mod, node):
                     continue
                 size, given = _const_argument(mod, fn, call, node.args[0].id)
-                if size is not None and not _named_global(given, mod):
+                if size is not None and not named_global(given, mod):
                     ctx.emit("TF007", call, f"batch size {size} (given to {dotted(call.func)}() "
                                             f"[{_module_name(mod, fn)}], which batches by it) is fixed: with N "
                                             f"replicas each GPU gets {size}/N; scale it by "
@@ -221,7 +194,7 @@ def _fixed_batches(mod, call: ast.Call, arg: ast.expr | None):
         if _bound_for_evaluation(mod, caller):
             continue  # ``val_dataset = extract(val_dir, batch_size=1)``: this call's pipeline is not trained on
         value, given = _const_argument(mod, fn, caller, arg.id)
-        if value is not None and not _named_global(given, mod):
+        if value is not None and not named_global(given, mod):
             name = caller.func.attr if isinstance(caller.func, ast.Attribute) else dotted(caller.func)
             yield value, caller, f" (given to {name}(), which batches by it at line {arg.lineno})"
 
