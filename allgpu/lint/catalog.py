@@ -286,7 +286,7 @@ _R = [
 
 # The fix in one line: every finding's message ends with ``Fix: <this>`` (``--explain`` gives it in full).
 _FIX = {
-    "E999": "port the file to Python 3 (`2to3 -w FILE`) or correct the line; the parts that parse were checked",
+    "E999": "port the file to Python 3 (`2to3 -w FILE`) or correct the line",
     "TF001": "create it under `with strategy.scope():` (model, optimizer, metrics and compile), then train",
     "TF002": "remove the `tf.device` pin and build the model under `with tf.distribute.MirroredStrategy().scope():`",
     "TF003": "delete the line; choose GPUs at launch (`CUDA_VISIBLE_DEVICES=0,1 python train.py`) or list several",

@@ -248,13 +248,20 @@ def read_text(path: Path) -> str:
     return raw.decode(encoding)
 
 
+_UNREADABLE_FIX = ("save the file as UTF-8, or declare its encoding on line 1 or 2 "
+                   "(`# -*- coding: latin-1 -*-`)")
+
+
 def check_path(path: Path, select=None, ignore=None) -> list[Finding]:
     """Check one file; an unreadable or undecodable file is an ``E999`` finding, not an exception."""
     name = str(path)
     try:
         text = read_text(path)
     except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
-        return _keep([lint_finding(name, 1, 1, "E999", "error", f"cannot read file: {exc}")],
+        fix = _UNREADABLE_FIX if isinstance(exc, (UnicodeDecodeError, SyntaxError, LookupError)) else \
+            "make the file readable (permissions) or leave it out of the paths"
+        return _keep([lint_finding(name, 1, 1, "E999", "error", f"cannot read file: {exc}; nothing in the file was "
+                                   f"checked. Fix: {fix}", fix=fix)],
                      parse_rule_list(select), parse_rule_list(ignore))
     return check_source(text, name, select, ignore, importer=Importer(path))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from urllib.parse import quote
 
 import allgpu
 from allgpu.lint.catalog import RULES
@@ -42,12 +43,14 @@ def format_json(findings: list[Finding], files_checked: int) -> str:
 
 
 def _uri(path: str) -> str:
+    """A SARIF ``uri``: relative to the working directory, percent-encoded (a space is ``%20``; SARIF 2.1.0
+    3.10.2 requires a valid URI reference), or a ``file://`` URI outside it."""
     p = Path(path)
     try:
         p = p.resolve().relative_to(Path.cwd().resolve())
     except ValueError:
         return p.resolve().as_uri()
-    return p.as_posix()
+    return quote(p.as_posix())
 
 
 def sarif_log(findings: list[Finding]) -> dict:
