@@ -28,3 +28,56 @@ def test_unreadable_bytes_name_the_fix_and_do_not_contradict_themselves(tmp_path
     assert "Fix: save the file as UTF-8" in msgs["latin.py"]
     assert "nothing in the file was checked" in msgs["broken.py"]
     assert "the parts that parse were checked" not in msgs["broken.py"]
+
+
+TF_SCRIPT = "import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\n"
+
+
+def _migrate(capsys, *argv):
+    code = main(["migrate", "--no-diff", *map(str, argv)])
+    return code, capsys.readouterr().err
+
+
+def test_migrate_write_through_a_symlink_keeps_the_link(tmp_path, capsys):
+    (tmp_path / "real.py").write_text(TF_SCRIPT)
+    (tmp_path / "link.py").symlink_to("real.py")
+    code, _ = _migrate(capsys, "--write", tmp_path / "link.py")
+    assert code == 0 and (tmp_path / "link.py").is_symlink()
+    assert "allgpu.MirroredStrategy()" in (tmp_path / "real.py").read_text()
+
+
+def test_migrate_write_refuses_a_read_only_file(tmp_path, capsys):
+    script = tmp_path / "ro.py"
+    script.write_text(TF_SCRIPT)
+    script.chmod(0o444)
+    code, err = _migrate(capsys, "--write", script)
+    assert code == 2 and "read-only" in err and "chmod u+w" in err and "Traceback" not in err
+    assert script.read_text() == TF_SCRIPT
+
+
+def test_migrate_write_refuses_a_file_changed_while_migrating(tmp_path, capsys, monkeypatch):
+    import allgpu.migrate.files as files
+
+    script = tmp_path / "train.py"
+    script.write_text(TF_SCRIPT)
+    real = files.migrate_source
+
+    def edited_meanwhile(source, name):
+        script.write_text(TF_SCRIPT + "print('edited')\n")
+        return real(source, name)
+
+    monkeypatch.setattr(files, "migrate_source", edited_meanwhile)
+    code, err = _migrate(capsys, "--write", script)
+    assert code == 2 and "changed on disk" in err
+    assert script.read_text().endswith("print('edited')\n")
+
+
+def test_migrate_reads_and_writes_a_declared_latin1_script(tmp_path, capsys):
+    script = tmp_path / "lat.py"
+    script.write_bytes(b"# -*- coding: latin-1 -*-\n" + TF_SCRIPT.encode() + b"s = '\xe9'\n")
+    code, _ = _migrate(capsys, "--write", script)
+    assert code == 0 and script.read_bytes().endswith(b"s = '\xe9'\n")
+    assert b"allgpu.MirroredStrategy()" in script.read_bytes()
+    (tmp_path / "raw.py").write_bytes(b"\xff\xfe x = 1\n")
+    code, err = _migrate(capsys, tmp_path / "raw.py")
+    assert code == 2 and "Fix: save it as UTF-8" in err

@@ -85,10 +85,15 @@ class NotebookMigration:
 
 
 def _read(raw: str, path: str):
+    import warnings
+
     import nbformat
+    from nbformat.warnings import MissingIDFieldWarning
 
     try:
-        return nbformat.reads(raw, as_version=4)
+        with warnings.catch_warnings():  # a 4.5 notebook without cell ids (older tools): nbformat adds them
+            warnings.simplefilter("ignore", MissingIDFieldWarning)
+            return nbformat.reads(raw, as_version=4)
     except Exception as exc:  # nbformat raises NotJSONError, ValidationError, KeyError... for what it cannot read
         raise MigrateInputError(f"{path}: not a notebook nbformat can read ({type(exc).__name__}: "
                                 f"{str(exc).splitlines()[0] if str(exc) else ''}); nothing migrated") from None
