@@ -86,3 +86,41 @@ def test_demo_trains_real_digits_on_two_replicas_and_reports(tmp_path):
     assert "test accuracy:" in result.stdout and "per replica" in result.stdout
     assert summary["checkpoint"].endswith(".pt") and (tmp_path / "monitor.json").exists()
     assert (tmp_path / "monitor.png").exists()
+
+
+class _Outputs(dict):
+    """A Hugging Face ``ModelOutput``, as far as fit sees one: a dict whose keys are also attributes."""
+    __getattr__ = dict.__getitem__
+
+
+class _HFStyle(torch.nn.Module):
+    def __init__(self, wrap):
+        super().__init__()
+        self.linear, self.wrap = torch.nn.Linear(5, 3), wrap
+
+    def forward(self, x):
+        return self.wrap(self.linear(x))
+
+
+def test_fit_accuracy_reads_the_logits_of_a_model_output():
+    """A transformers model trained by fit (loss_fn reading outputs.logits) stopped at the default accuracy metric
+    with a bare AttributeError: 'SequenceClassifierOutput' object has no attribute 'detach'."""
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    histories = []
+    for wrap in (lambda t: t, lambda t: _Outputs(logits=t), lambda t: (t, t.sum())):
+        torch.manual_seed(0)
+        with strategy.scope():
+            model = _HFStyle(wrap)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loss = (lambda out, y: torch.nn.functional.cross_entropy(out if isinstance(out, torch.Tensor)
+                                                                 else (out[0] if isinstance(out, tuple)
+                                                                       else out.logits), y))
+        histories.append(fit(model, optimizer, loss, classification_data(), epochs=1, global_batch_size=8,
+                             strategy=strategy, verbose=False, shuffle=False).history)
+    assert histories[0]["accuracy"] == histories[1]["accuracy"] == histories[2]["accuracy"]
+    with strategy.scope():
+        model = _HFStyle(lambda t: {"scores": t})
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(allgpu.errors.InputError, match=r"without a `logits` tensor.*metrics=\(\)"):
+        fit(model, optimizer, lambda out, y: torch.nn.functional.cross_entropy(out["scores"], y),
+            classification_data(), epochs=1, global_batch_size=8, strategy=strategy, verbose=False)

@@ -76,7 +76,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Calla
             With ``accumulation_steps=k`` the optimizer sees ``k * global_batch_size`` examples a step.
         strategy: the strategy to train on; default the one whose ``scope()`` is open here
             (``allgpu.get_strategy()``), else a ``OneDeviceStrategy`` on the model's device.
-        metrics: names (``"accuracy"``) or callables ``fn(outputs, targets) -> (total, count)``.
+        metrics: names (``"accuracy"``: of the outputs, or of their ``logits`` for a Hugging Face model's
+            ``ModelOutput``, a dict or a tuple's first element) or callables ``fn(outputs, targets) -> (total, count)``.
         validation_data: a map-style dataset evaluated after each epoch (``val_`` metrics).
         accumulation_steps: micro-batches per optimizer step; one all-reduce per step, not per micro-batch.
         mixed_precision: None, ``"bf16"`` (autocast) or ``"fp16"`` (autocast and loss scaling, CUDA only).

@@ -7,20 +7,42 @@ when replicas hold different counts.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable
 
 import torch
 
-from allgpu.errors import ArgumentError
+from allgpu.errors import ArgumentError, InputError
 
 MetricFn = Callable[[torch.Tensor, torch.Tensor], "tuple[torch.Tensor | float, int]"]
 
 
-def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
+def logits_of(outputs: Any) -> torch.Tensor:
+    """The logits in a model's outputs: the tensor itself; a Hugging Face ``ModelOutput``'s (or a dict's, or a
+    named tuple's such as torchvision's ``InceptionOutputs``) ``logits``; a tuple's or list's first element.
+
+    Raises:
+        InputError: none of these (the fix: ``metrics=()``, or a callable metric that reads the outputs).
+    """
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    found = outputs.get("logits") if isinstance(outputs, Mapping) else getattr(outputs, "logits", None)
+    if found is None and isinstance(outputs, (tuple, list)) and outputs:
+        found = outputs[0]
+    if isinstance(found, torch.Tensor):
+        return found
+    raise InputError(f"fit/evaluate's built-in accuracy needs logits; the model returned a "
+                     f"{type(outputs).__name__} without a `logits` tensor. Fix: metrics=() (the loss alone), or "
+                     "a callable metric fn(outputs, targets) -> (total, count) that reads your model's outputs.")
+
+
+def accuracy(outputs: Any, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Top-1 accuracy for ``outputs`` of shape ``(batch, classes)`` and integer ``targets`` of shape ``(batch,)``.
 
-    Binary outputs of shape ``(batch,)`` or ``(batch, 1)`` are thresholded at 0 (logits).
+    Binary outputs of shape ``(batch,)`` or ``(batch, 1)`` are thresholded at 0 (logits). Outputs that are no
+    tensor are read through :func:`logits_of` (a Hugging Face model's ``outputs.logits``).
     """
+    outputs = logits_of(outputs)
     if outputs.dim() == 1 or outputs.shape[-1] == 1:
         predicted = (outputs.reshape(-1) > 0).long()
     else:
@@ -61,7 +83,7 @@ class MetricSums:
             self.sums[0] += loss.detach().double() * n
             self.sums[1] += n
             for i, fn in enumerate(self.fns.values(), start=1):
-                total, count = fn(outputs.detach(), targets)
+                total, count = fn(outputs.detach() if isinstance(outputs, torch.Tensor) else outputs, targets)
                 self.sums[2 * i] += torch.as_tensor(total, dtype=torch.float64, device=self.sums.device)
                 self.sums[2 * i + 1] += count
 
