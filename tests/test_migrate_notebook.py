@@ -127,3 +127,11 @@ def test_kaggles_tpu_else_default_block_says_the_default_is_one_device_and_what_
     assert "default strategy, one replica on one device" in by_line[6] and "MirroredStrategy()" in by_line[6]
     assert "no TPU strategy" in by_line[3] and "no TPU strategy" in by_line[4]  # the except branch runs, as in TF
     assert "several GPUs allgpu.MirroredStrategy()" in by_line[7]
+
+
+def test_tensorflows_gpu_list_deciding_the_strategy_is_reported_with_torchs_count():
+    cell = ("import tensorflow as tf\ngpus = tf.config.list_physical_devices('GPU')\n"
+            "strategy = tf.distribute.MirroredStrategy() if gpus else tf.distribute.get_strategy()\n")
+    m = migrate_notebook(_notebook([new_code_cell(cell)] + [new_code_cell("x = 1") for _ in range(6)]))
+    left = [n.message for n in m.notes if n.kind == NOT_CONVERTED and n.line == 2]
+    assert left and "lists no GPU even where PyTorch sees them" in left[0] and "torch.cuda.device_count()" in left[0]

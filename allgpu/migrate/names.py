@@ -135,6 +135,10 @@ TPU_WHY = ("allgpu has no TPU strategy (it trains on PyTorch's CUDA and CPU devi
            "TPUClusterResolver() raises ValueError, so a Kaggle-style `try`/`except` runs its other branch, as it "
            "did in TensorFlow: write allgpu.MirroredStrategy() there to train on every GPU (allgpu.get_strategy() is "
            "one device)")
+DEVICES_WHY = ("TensorFlow's own view of the devices: with the tensorflow-cpu wheel (allgpu[tf]'s) it lists no GPU "
+               "even where PyTorch sees them, so an `if gpus: MirroredStrategy() else: ...` branch silently takes the "
+               "one-device path; count them with torch.cuda.device_count() (allgpu.MirroredStrategy() finds every "
+               "GPU itself and falls back to one device, with a warning saying why)")
 # Notes added to a rename whose result may not be what a user moving to several GPUs expects.
 RENAME_WHY: dict[str, str] = {
     "tensorflow.distribute.get_strategy": "outside a strategy's scope it is the default strategy, one replica on one "
@@ -161,6 +165,9 @@ WHY_NOT: dict[str, str] = {
     "tensorflow.distribute.experimental.coordinator": "allgpu's parameter-server workers run the loop themselves; "
                                                       "there is no ClusterCoordinator",
     "tensorflow.distribute": "no allgpu equivalent of this tf.distribute name",
+    "tensorflow.config.list_physical_devices": DEVICES_WHY,
+    "tensorflow.config.experimental.list_physical_devices": DEVICES_WHY,
+    "tensorflow.config.list_logical_devices": DEVICES_WHY,
     "tensorflow.distribute.TPUStrategy": TPU_WHY,
     "tensorflow.distribute.experimental.TPUStrategy": TPU_WHY,
     "tensorflow.distribute.cluster_resolver.TPUClusterResolver": TPU_WHY,
