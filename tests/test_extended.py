@@ -14,6 +14,11 @@ import torch.nn.functional as F
 import allgpu
 from allgpu.errors import ArgumentError, ArgumentTypeError
 
+try:  # imported at collection: importing Keras starts a process (platform's uname), which the unit tier refuses
+    import keras
+except ImportError:
+    keras = None
+
 GLOBAL_BATCH, STEPS, DECAY = 8, 3, 0.5
 
 
@@ -123,3 +128,17 @@ def test_input_options_are_refused_by_name_and_none_is_accepted():
     assert len(list(strategy.experimental_distribute_dataset(data, 2, options=None, num_workers=0))) == 2
     with pytest.raises(UnsupportedError, match="remove options="):
         strategy.experimental_distribute_dataset(data, 2, options=object())
+
+
+def test_keras_variables_go_through_reduce_to_and_update():
+    if keras is None or keras.backend.backend() != "torch":
+        pytest.skip("Keras is not installed, or runs on another backend in this process")
+    strategy = allgpu.OneDeviceStrategy("/cpu:0")
+    average, weight = keras.Variable([1.0, 3.0]), keras.Variable([3.0, 5.0])
+
+    def merge_fn(strategy, average, weight):  # fixmatch's EMA update, written with Keras variables
+        value = strategy.extended.reduce_to(allgpu.ReduceOp.MEAN, weight, average)
+        strategy.extended.update(average, lambda a, v: a.assign_sub((a - v) * 0.5), args=(value,))
+
+    strategy.run(lambda: allgpu.get_replica_context().merge_call(merge_fn, args=(average, weight)))
+    assert keras.ops.convert_to_numpy(average).tolist() == [2.0, 4.0]
