@@ -49,9 +49,23 @@ def test_extended_members_allgpu_has_pass_and_the_others_are_reported():
             tf.distribute.get_replica_context().merge_call(merge_fn, args=(var, value))
         """)
     assert "allgpu.get_replica_context().merge_call(merge_fn" in m.result
+    assert "n = strategy.num_replicas_in_sync" in m.result
+    assert "len(strategy.extended.worker_devices) -> strategy.num_replicas_in_sync" in dict(_kinds(m, CHANGED))[4]
     left = dict(_kinds(m, NOT_CONVERTED))
     assert set(left) == {3, 11}
     assert "always have get_next_as_optional" in left[3] and "private member" in left[11]
+
+
+def test_a_batch_sized_by_the_local_device_list_is_sized_by_the_replica_count():
+    # fixmatch's training.py shape: TF's one-process MirroredStrategy lists every local GPU in worker_devices
+    m = _migrate("""\
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        batch = 64 * len(strategy.extended.worker_devices)
+        devices = strategy.extended.worker_devices
+        """)
+    assert "batch = 64 * strategy.num_replicas_in_sync" in m.result
+    assert "devices = strategy.extended.worker_devices" in m.result
 
 
 def test_the_member_table_is_strategy_extended_s():

@@ -66,6 +66,9 @@ for _enum in ("CommunicationImplementation", "CollectiveCommunication"):
 # strategy.extended's members allgpu has (allgpu.strategies.base.extended.StrategyExtended), and why others are not.
 EXTENDED_MEMBERS = ("worker_devices", "parameter_devices", "should_checkpoint", "should_save_summary", "reduce_to",
                     "batch_reduce_to", "update", "call_for_each_replica", "strategy")
+WORKER_DEVICES_WHY = ("TensorFlow's MirroredStrategy lists every local GPU of its one process there, so the count "
+                      "is the replica count; allgpu runs one replica per process and lists its one device (a batch "
+                      "sized by len(worker_devices) would stay one replica's)")
 EXTENDED_WHY = {
     "experimental_enable_get_next_as_optional": "allgpu's distributed iterators always have get_next_as_optional(): "
                                                 "delete this line",

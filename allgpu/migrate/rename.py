@@ -145,6 +145,11 @@ class Rename(cst.CSTTransformer):
                 self.note(original, KEPT, names.PRINT_NOTE)
         if self.resets is not None and reset_states.is_reset_states(updated):
             return self._reset_states(original, updated)
+        if self.aliases and _len_of_worker_devices(updated):
+            strategy = updated.args[0].value.value.value
+            self.note(original, CHANGED, f"{code(original)} -> {code(strategy)}.num_replicas_in_sync: "
+                      f"{names.WORKER_DEVICES_WHY}")
+            return cst.Attribute(value=strategy, attr=cst.Name("num_replicas_in_sync"))
         qualified = qualify(dotted(original.func), self.aliases)
         if qualified in names.NONE_CALLS:
             self._forget(original, notes=True)
@@ -341,6 +346,15 @@ class Rename(cst.CSTTransformer):
 def _hints_only(call: cst.Call) -> bool:
     """``@tf.function(...)`` given only arguments that steer tracing (``experimental_relax_shapes=True``...)."""
     return all(a.keyword is not None and a.keyword.value in names.TRACING_HINTS for a in call.args)
+
+
+def _len_of_worker_devices(call: cst.Call) -> bool:
+    """``len(<strategy>.extended.worker_devices)``: TensorFlow's local replica count."""
+    if dotted(call.func) != "len" or len(call.args) != 1:
+        return False
+    arg = call.args[0].value
+    return (isinstance(arg, cst.Attribute) and arg.attr.value == "worker_devices"
+            and isinstance(arg.value, cst.Attribute) and arg.value.attr.value == "extended")
 
 
 def _tests_replica(node: cst.If) -> bool:
