@@ -154,12 +154,21 @@ allgpu.fit(model, opt, torch.nn.MSELoss(), data, epochs=1, global_batch_size=8, 
 def test_ag001_model_outside_scope():
     body = "model = torch.nn.Linear(4, 1)\nwith strategy.scope():\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)"
     assert "AG001" in ids(AG.format(body=body))
+    other = "other = torch.nn.Linear(4, 1)\nstrategy.mirror(other)\n" + body  # another model mirrored: still found
+    assert "AG001" in ids(AG.format(body=other))
 
 
 @pytest.mark.parametrize("body", [
     "with strategy.scope():\n    model = torch.nn.Linear(4, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)",
     "def make():\n    return torch.nn.Linear(4, 1)\nscope = strategy.scope()\nwith scope:\n    model = make()",
     "ref = torch.nn.Linear(4, 1)\nref.eval()\nwith strategy.scope():\n    model = torch.nn.Linear(4, 1)",
+    # strategy.mirror(model), the documented fix for a model built outside the scope (a DDP port's), also when the
+    # model is mirrored as an attribute of the class it is handed to (ddp-tutorial-series multinode.py's Trainer)
+    "model = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel = strategy.mirror(model)",
+    "model = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nclass T:\n"
+    "    def __init__(self, model):\n        self.model = strategy.mirror(model.to(strategy.device))\nT(model)",
+    "model = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nclass T:\n"
+    "    def __init__(self, model):\n        self.model = model\n        self.model = strategy.mirror(self.model)\nT(model)",
 ])
 def test_ag001_quiet(body):
     assert "AG001" not in ids(AG.format(body=body))

@@ -49,11 +49,29 @@ def _trained(mod) -> set[str]:
     return out
 
 
+def _mirrored(mod) -> set[str]:
+    """Names handed to ``<strategy>.mirror(...)``: the documented way to mirror a model built outside the scope
+    (``model = strategy.mirror(model)``, the DDP port's ``self.model = strategy.mirror(self.model)``), each with its
+    last part, so a model built as ``model`` and mirrored as ``self.model`` in the class it is handed to counts.
+    Before, the form the docs and the NotMirroredError name as the fix was itself an AG001 error (seen linting
+    ported ddp-tutorial-series multinode.py and torchvision's classification train.py)."""
+    out: set[str] = set()
+    for call, _ in mod.calls:
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "mirror" and call.args:
+            arg = call.args[0]
+            while isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute):  # mirror(model.to(device))
+                arg = arg.func.value
+            name = dotted(arg)
+            if name:
+                out.update((name, name.rsplit(".", 1)[-1]))
+    return out
+
+
 def check_ag001(ctx) -> None:
     mod = ctx.mod
     if not ctx.facts.has_strategy("allgpu", multi_device=False):
         return
-    emit_outside_scope(ctx, "AG001", lambda c: torch_model_creation(mod, c), _trained(mod),
+    emit_outside_scope(ctx, "AG001", lambda c: torch_model_creation(mod, c), _trained(mod) - _mirrored(mod),
                        lambda kind, name: f"model `{name}` built outside strategy.scope(): allgpu will not mirror it")
 
 
