@@ -135,3 +135,12 @@ def test_tensorflows_gpu_list_deciding_the_strategy_is_reported_with_torchs_coun
     m = migrate_notebook(_notebook([new_code_cell(cell)] + [new_code_cell("x = 1") for _ in range(6)]))
     left = [n.message for n in m.notes if n.kind == NOT_CONVERTED and n.line == 2]
     assert left and "lists no GPU even where PyTorch sees them" in left[0] and "torch.cuda.device_count()" in left[0]
+
+
+def test_a_notebook_missing_keys_jupyters_schema_wants_is_migrated_as_lint_reads_it(tmp_path):
+    path = tmp_path / "generated.ipynb"  # cells without metadata/outputs/execution_count, as generators write them
+    path.write_text('{"cells": [{"cell_type": "code", "source": ["import tensorflow as tf\\n", '
+                    '"s = tf.distribute.MirroredStrategy()"]}], "metadata": {}, "nbformat": 4, "nbformat_minor": 2}')
+    assert main(["migrate", "--write", "--no-diff", str(path)]) == 0  # was exit 2: "not a notebook nbformat can read"
+    written = path.read_text()
+    assert "allgpu.MirroredStrategy()" in written and '"cell_type": "code"' in written

@@ -10,6 +10,7 @@ and is migrated as one. Notes give ``cell N`` and the line in it, as ``allgpu li
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass, field
 
 from allgpu.errors import MigrateInputError
@@ -85,6 +86,8 @@ class NotebookMigration:
 
 
 def _read(raw: str, path: str):
+    """The notebook as nbformat 4; one that misses keys Jupyter's schema wants (a cell without ``metadata`` or
+    ``outputs``, as generators write them) is read as it is, as ``allgpu lint`` reads it."""
     import warnings
 
     import nbformat
@@ -95,8 +98,30 @@ def _read(raw: str, path: str):
             warnings.simplefilter("ignore", MissingIDFieldWarning)
             return nbformat.reads(raw, as_version=4)
     except Exception as exc:  # nbformat raises NotJSONError, ValidationError, KeyError... for what it cannot read
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and data.get("nbformat") == 4 and isinstance(data.get("cells"), list) \
+                and all(isinstance(c, dict) for c in data["cells"]):
+            nb = nbformat.from_dict(data)
+            for cell in nb.cells:
+                cell.setdefault("cell_type", "raw")
+                cell.source = "".join(cell.get("source") or "") if isinstance(cell.get("source"), list) \
+                    else str(cell.get("source") or "")
+            return nb
         raise MigrateInputError(f"{path}: not a notebook nbformat can read ({type(exc).__name__}: "
                                 f"{str(exc).splitlines()[0] if str(exc) else ''}); nothing migrated") from None
+
+
+def _write(nb) -> str:
+    """Jupyter's layout (nbformat's writer; a notebook its schema refuses: the same layout, unvalidated)."""
+    import nbformat
+
+    try:
+        return nbformat.writes(nb) + "\n"
+    except Exception:  # jsonschema's ValidationError for the keys the schema wants and the notebook lacks
+        return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def _program_notes(migration: Migration, origin: list, result_origin: list) -> list[CellNote]:
@@ -124,12 +149,11 @@ def migrate_notebook(raw: str, path: str = "notebook.ipynb", *, lint: bool = Tru
     """Migrate the ``.ipynb`` JSON text ``raw``; nothing is written.
 
     Raises:
-        MigrateInputError: ``raw`` is not a notebook nbformat can read.
+        MigrateInputError: ``raw`` is not notebook JSON (nbformat 4, a ``cells`` list). A notebook that misses keys
+            Jupyter's schema wants is read as it is.
     """
-    import nbformat
-
     nb = _read(raw, path)
-    scripts = {number: (name, body) for number, name, body in writefile_scripts(nbformat.writes(nb))}
+    scripts = {number: (name, body) for number, name, body in writefile_scripts(json.dumps(nb))}
     code = [(i, c.source) for i, c in enumerate(nb.cells, 1) if c.cell_type == "code" and i not in scripts]
     program = join(code)
     notes = [CellNote(cell, line, NOT_CONVERTED, f"this cell is not valid Python on its own ({message}): left as "
@@ -150,7 +174,7 @@ def migrate_notebook(raw: str, path: str = "notebook.ipynb", *, lint: bool = Tru
                     if text != nb.cells[n - 1].source)
     for number, _, text in changed:
         nb.cells[number - 1].source = text
-    result = nbformat.writes(nb) + "\n" if changed else raw
+    result = _write(nb) if changed else raw
     if lint and changed:
         from allgpu.lint import check_source
 
