@@ -7,7 +7,7 @@ import re
 
 from allgpu.lint.astutil import star_kwarg
 from allgpu.lint.rank_guard import is_job_guard, rankish
-from allgpu.lint.resolve import const_str, kwarg, literal_text
+from allgpu.lint.resolve import const_str, dotted, kwarg, literal_text
 
 _INDEXED = re.compile(r"^cuda:\d+$")
 INIT_HELPER = re.compile(r"^(init|setup|set_up|initiali[sz]e)_?(distributed|dist|ddp)|^(ddp|dist|distributed)_?(setup|init)")
@@ -97,7 +97,7 @@ def _device_text(mod, node: ast.expr) -> str | None:
 def check_pt002(ctx) -> None:
     mod, tf = ctx.mod, ctx.torch
     if not tf.started:
-        return
+        return _check_helper_cuda(ctx)
     per_rank = _device_per_rank(mod)
     own_gpu_is_0 = _visible_per_rank(mod)  # then cuda:0 / device_ids=[0] is this process's own GPU
     for call, qn in mod.calls:
@@ -160,6 +160,15 @@ def _distributed_when(test: ast.expr) -> bool | None:
         return None
     if isinstance(test, (ast.Name, ast.Attribute, ast.Call)) and _DIST_FLAG.search(text):
         return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and "rank" in text:
+        # ``local_rank > -1`` / ``!= -1`` / ``>= 0``: launched distributed; ``== -1`` / ``< 0``: a single process
+        right, op = test.comparators[0], test.ops[0]
+        value = right.value if isinstance(right, ast.Constant) else -right.operand.value if isinstance(
+            right, ast.UnaryOp) and isinstance(right.op, ast.USub) and isinstance(right.operand, ast.Constant) else None
+        if value == -1 and isinstance(op, (ast.Gt, ast.NotEq)) or value == 0 and isinstance(op, ast.GtE):
+            return True
+        if value == -1 and isinstance(op, (ast.Eq, ast.LtE)) or value == 0 and isinstance(op, ast.Lt):
+            return False
     return None
 
 
@@ -212,3 +221,34 @@ def _check_ddp_device_ids(ctx) -> None:
             if text is not None and text.isdigit() and not _is_parameter(ctx.mod, ids.elts[0], call):
                 ctx.emit("PT002", call, f"DistributedDataParallel(device_ids=[{text}]) hard-coded: every rank "
                                         "uses that GPU; pass [local_rank]")
+
+
+def _check_helper_cuda(ctx) -> None:
+    """A training helper that starts nothing itself (``utils_fit.fit_one_epoch``) moves tensors with a bare
+    ``.cuda()``, and a module of the project that calls it starts DDP (``init_process_group``) without giving each
+    process its GPU (no set_device, no per-rank CUDA_VISIBLE_DEVICES, no helper that would): every rank puts those
+    tensors on GPU 0 (bubbliiiing's detection trainers, a1006-a1008)."""
+    mod = ctx.mod
+    if mod.importer is None:
+        return
+    bare: dict[int, list[ast.Call]] = {}
+    for call, qn in mod.calls:
+        f = call.func
+        if qn is None and isinstance(f, ast.Attribute) and f.attr == "cuda" and not call.args and \
+                not call.keywords and not mod.is_foreign(call) and not one_process_only(mod, call):
+            fn = mod.enclosing_function(call)
+            if fn is not None and mod.parent.get(id(fn)) is mod.tree:
+                bare.setdefault(id(fn), []).append(call)
+    fns = [fn for defs in mod.functions.values() for fn in defs if id(fn) in bare]
+    if not fns:
+        return
+    for fm in mod.importer.users({fn.name for fn in fns}):
+        if not any(qn == "torch.distributed.init_process_group" for _, qn in fm.calls) or _device_per_rank(fm):
+            continue
+        stem = mod.importer.path.stem  # the call must name this module's function: ``utils_fit.fit_one_epoch``
+        called = {qn.rsplit(".", 1)[-1] for _, qn in fm.calls if qn and qn.rsplit(".", 2)[-2:-1] == [stem]}
+        for fn in (f for f in fns if f.name in called):
+            where = f"{fm.path.name}" if getattr(fm, "path", None) is not None else "another module"
+            for call in bare.pop(id(fn), []):
+                ctx.emit("PT002", call, f"'cuda' without a device: `{fn.name}()` runs under DDP in {where}, which "
+                                        "never calls torch.cuda.set_device(local_rank): every rank puts this on GPU 0")
