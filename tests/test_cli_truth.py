@@ -1,6 +1,9 @@
 """The CLI as a stranger meets it: what README.md and docs/cli.md promise about odd inputs and outputs."""
 
 import json
+import sys
+
+import pytest
 
 from allgpu.cli.main import main
 
@@ -81,3 +84,50 @@ def test_migrate_reads_and_writes_a_declared_latin1_script(tmp_path, capsys):
     (tmp_path / "raw.py").write_bytes(b"\xff\xfe x = 1\n")
     code, err = _migrate(capsys, tmp_path / "raw.py")
     assert code == 2 and "Fix: save it as UTF-8" in err
+
+
+def test_ctrl_c_in_any_command_is_a_clean_message_and_130(capsys, monkeypatch):
+    import allgpu.cli.bench as bench
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run", interrupted)
+    code = main(["bench", "--memory"])
+    err = capsys.readouterr().err
+    assert code == 130 and "allgpu bench: interrupted (Ctrl-C)" in err and "Traceback" not in err
+
+
+def test_bench_output_paths_are_checked_before_measuring(tmp_path, capsys, monkeypatch):
+    import pytest
+
+    import allgpu.bench
+
+    monkeypatch.setattr(allgpu.bench, "compare", lambda *a, **k: pytest.fail("measured with a bad --json path"))
+    for argv in (["--json", str(tmp_path / "missing" / "b.json")], ["--json", str(tmp_path)],
+                 ["--predict", "--plot", str(tmp_path / "missing" / "p.png")]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["bench", *argv])
+        assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "does not exist; create it" in err and "is a folder" in err
+
+
+@pytest.mark.replicas  # runs a child script
+def test_doctor_run_ctrl_c_stops_the_script_and_still_gives_the_verdict(tmp_path):
+    import io
+    import signal
+    import threading
+    import time
+
+    from allgpu.doctor.run_any import run_child
+
+    script = tmp_path / "slow.py"
+    script.write_text("import time\nprint('step', flush=True)\ntime.sleep(60)\n")
+    main_thread = threading.main_thread().ident
+    started = time.monotonic()
+    timer = threading.Timer(3.0, lambda: signal.pthread_kill(main_thread, signal.SIGINT))
+    timer.start()
+    code, lines, stopped = run_child([sys.executable, str(script)], io.StringIO(), None, [])
+    assert stopped == "interrupt" and code in (130, 143) and lines == ["step\n"]
+    assert time.monotonic() - started < 30

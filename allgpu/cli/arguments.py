@@ -4,6 +4,8 @@ what it expects, before anything starts."""
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 
 def _whole(text: str) -> int:
@@ -38,6 +40,31 @@ def positive_seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value:g}: expected a number of seconds > 0")
     return value
+
+
+def output_file(text: str) -> str:
+    """A file to write at the end of a run: checked before the run (its folder exists and is writable, it is not a
+    folder), so minutes of measuring are not lost to a typo."""
+    path = Path(text)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name in it, e.g. {str(path / 'out')!r}")
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"folder {str(folder)!r} does not exist; create it (`mkdir -p {folder}`) "
+                                         "or give another path")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"folder {str(folder)!r} is not writable; give another path")
+    return text
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file beside it, then ``os.replace``)."""
+    tmp = Path(path).with_name(f".{Path(path).name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 USAGE = 2  # the command line or an input it names was wrong: nothing ran

@@ -8,7 +8,7 @@ import json
 from typing import Callable
 
 from allgpu.bench.user_model import is_spec, profile_user_model, shape
-from allgpu.cli.arguments import positive_int
+from allgpu.cli.arguments import output_file, positive_int, write_atomic
 from allgpu.errors import ArgumentError
 
 
@@ -37,11 +37,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--memory", action="store_true",
                    help="bytes of parameters, gradients and optimizer state per replica under OneDevice, Mirrored and "
                         "FullySharded at 2 and 4 replicas (and --replicas), with the FullySharded/Mirrored speed ratio")
-    p.add_argument("--json", metavar="PATH", help="write the figures here")
+    p.add_argument("--json", metavar="PATH", type=output_file, help="write the figures here")
     p.add_argument("--predict", action="store_true",
                    help="measure one device's step and predict throughput and efficiency at 1..1024 devices on "
                         "named interconnects (no multi-device run)")
-    p.add_argument("--plot", metavar="PNG", default="predict.png", help="with --predict: efficiency plot here")
+    p.add_argument("--plot", metavar="PNG", default="predict.png", type=output_file, help="with --predict: efficiency plot here")
     p.add_argument("--check", action="store_true",
                    help="with --predict: also measure 1, 2 and 4 Gloo CPU replicas and print predicted vs measured")
     return p
@@ -90,8 +90,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"scaling {n}: " + ", ".join(f"{k} replica(s) {v:.0f} samples/s ({v / base:.2f}x)"
                                                for k, v in figures.items()))
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=2)
+        write_atomic(args.json, json.dumps(out, indent=2))
     return 0
 
 
@@ -124,8 +123,7 @@ def _predict(args: argparse.Namespace) -> int:
             out[name]["check"] = {"measured_samples_per_s": measured,
                                   "predicted_efficiency": {n: efficiency(profile, n, ic) for n in measured}}
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=2, default=str)
+        write_atomic(args.json, json.dumps(out, indent=2, default=str))
     return 0
 
 
@@ -136,6 +134,5 @@ def _memory(args: argparse.Namespace) -> int:
     rows = measure(counts, device=args.device, steps=args.steps or 20, rounds=args.rounds)
     print(format_rows(rows))
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"memory": [{**r.__dict__, "held": r.held} for r in rows]}, fh, indent=2)
+        write_atomic(args.json, json.dumps({"memory": [{**r.__dict__, "held": r.held} for r in rows]}, indent=2))
     return 0

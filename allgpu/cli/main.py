@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except AllGpuError as exc:  # a mistake allgpu recognised: its message names the fix; no traceback
         print(f"allgpu {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return exit_code_for(exc)  # 2 for a usage error, 1 for a failed run
+    except KeyboardInterrupt:  # Ctrl-C: the replicas it started got it too; reports are written whole or not at all
+        print(f"\nallgpu {args.command}: interrupted (Ctrl-C); nothing more was written", file=sys.stderr)
+        return 130  # the shell's code for SIGINT
 
 
 if __name__ == "__main__":

@@ -133,9 +133,11 @@ def _stream(proc: subprocess.Popen, echo: TextIO, kept: list[str]) -> None:
         echo.flush()
 
 
-def run_child(argv: list[str], echo: TextIO, timeout: float | None, job: list[int]) -> tuple[int, list[str], bool]:
-    """Run ``argv`` with stdout and stderr merged, echoing and keeping every line. Returns (exit code, lines,
-    timed out). ``job`` receives the child's pid once started."""
+def run_child(argv: list[str], echo: TextIO, timeout: float | None, job: list[int]) -> tuple[int, list[str], str]:
+    """Run ``argv`` with stdout and stderr merged, echoing and keeping every line. Returns (exit code, lines, why
+    it was stopped: ``""``, ``"timeout"`` or ``"interrupt"`` for Ctrl-C, which the child receives too; a child
+    still running then is stopped as at the timeout, and the output so far is diagnosed). A child ended by a
+    signal has the shell's code, 128 + the signal's number. ``job`` receives the child's pid once started."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                             env=env)
@@ -143,19 +145,45 @@ def run_child(argv: list[str], echo: TextIO, timeout: float | None, job: list[in
     kept: list[str] = []
     reader = threading.Thread(target=_stream, args=(proc, echo, kept), daemon=True)
     reader.start()
-    timed_out = False
+    stopped = ""
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        timed_out = True
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stopped = "timeout"
+    except KeyboardInterrupt:
+        stopped = "interrupt"
+    if stopped:
+        _stop(proc, interrupted=stopped == "interrupt")
     reader.join(timeout=10)
-    return proc.returncode, kept, timed_out
+    code = proc.returncode
+    return (128 - code if code < 0 else code), kept, stopped
+
+
+def _stop(proc: subprocess.Popen, interrupted: bool) -> None:
+    """End ``proc``: after Ctrl-C, 2 s for its own SIGINT to end it; then SIGTERM, SIGKILL 10 s later (or at once
+    on another Ctrl-C)."""
+    try:
+        if interrupted:
+            proc.wait(timeout=2)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        if proc.poll() is None:
+            proc.terminate()
+            _kill_after(proc, 10)
+    except KeyboardInterrupt:
+        _kill_after(proc, 0)
+
+
+def _kill_after(proc: subprocess.Popen, seconds: float) -> None:
+    try:
+        proc.wait(timeout=seconds) if seconds else None
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        pass
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def diagnose_run(script: str, args: list[str], *, echo: TextIO, timeout: float | None = None,
@@ -173,7 +201,7 @@ def diagnose_run(script: str, args: list[str], *, echo: TextIO, timeout: float |
     job: list[int] = []
     watch = GpuWatch(sampler, lambda: descendants(job[0]) if job else set(), interval_s).start() if sampler else None
     started = time.monotonic()
-    code, lines, timed_out = run_child([sys.executable, script, *args], echo, timeout, job)
+    code, lines, stopped = run_child([sys.executable, script, *args], echo, timeout, job)
     uses = watch.stop() if watch else []
     used, extra, notes = sample_evidence(uses)
     log = read_log("".join(lines))
@@ -183,7 +211,8 @@ def diagnose_run(script: str, args: list[str], *, echo: TextIO, timeout: float |
     extra += _framework_evidence(env, source, len(log.registered) if log.registered or log.registered_none else None,
                                  frameworks_reader)
     notes.insert(0, f"{script} ran {time.monotonic() - started:.1f} s and exited with code {code}"
-                 + (f" (stopped after --timeout {timeout:g} s)" if timed_out else "")
+                 + (f" (stopped after --timeout {timeout:g} s)" if stopped == "timeout" else "")
+                 + (" (stopped by Ctrl-C: the verdict covers what ran until then)" if stopped == "interrupt" else "")
                  + f"; its output ({len(lines)} lines) is what the log line numbers refer to.")
     if watch is None:
         notes.append("No GPU samples: NVML is not available here.")
