@@ -37,11 +37,12 @@ from allgpu.strategies.base.checks import as_tensor, is_nest, op_name, validate_
 from allgpu.strategies.base.full_state import full_state, install_torch_save
 from allgpu.core.scope_record import ScopeRecord
 from allgpu.strategies.base.scope import ScopeVariables
+from allgpu.strategies.base.pickling import NotPickled
 from allgpu.strategies.base.tf_names import TFNames
 from allgpu.core.sync import GradientSync
 
 
-class Strategy(ScopeVariables, TFNames):
+class Strategy(ScopeVariables, TFNames, NotPickled):
     """Where parameters live and how they are kept in sync.
 
     Subclass constructors validate their own arguments, obtain a :class:`~allgpu.runtime.placement.Placement`
