@@ -203,9 +203,11 @@ class Rename(cst.CSTTransformer):
         if isinstance(size, cst.Integer):
             n = size.value
             spelled = f"fit(batch_size={n})" if method == "fit" else f".batch({n})"
-            self.note(call, KEPT, f"{spelled}: {n} is the global batch, as in tf.distribute (each of "
-                                  f"N replicas gets {n}/N); `{n} * strategy.num_replicas_in_sync` would keep {n} "
-                                  "a device, a larger global batch and so a different training")
+            self.note(call, KEPT, f"{spelled}: {n} stays the global batch, as in tf.distribute (each of N "
+                                  f"replicas gets {n}/N: the same training as before). If {n} was meant per device "
+                                  f"(lint's TF007: each GPU is given {n}/N and idles), write "
+                                  f"`{n} * strategy.num_replicas_in_sync`: a larger global batch, so a different "
+                                  "training (scale the learning rate with it)")
 
     def _forget(self, node: cst.CSTNode, notes: bool = False) -> None:
         """Drop the leftovers (and with ``notes``, the changes) recorded inside ``node``: it was removed, or kept
