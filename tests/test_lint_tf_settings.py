@@ -4,7 +4,9 @@ settings dict literal read as ``config["batch_size"]``, and a metric made outsid
 ``compile(metrics=[auc])`` by name. ``p*`` files hold the pitfall at the listed line; ``n*`` files must stay clean
 (the setting rescaled by the replica count, a metric made in the scope or used only to evaluate, an instance's
 attribute set from the command line, a constant the author names the global batch). ``p7`` is the shape of the
-tuning label a0900: ``global_batch_size = per_worker_batch_size``, a per-worker constant taken as the global batch."""
+tuning label a0900: ``global_batch_size = per_worker_batch_size``, a per-worker constant taken as the global batch;
+``p8``/``n8`` that of a0903: ``strategy.run`` drawing ``next()`` from ``builder.load(batch_size=...).map(fn)`` through
+two callers, and the same with the pipelines distributed (an evaluation dict rebuilt by a comprehension)."""
 
 import pathlib
 
@@ -23,11 +25,12 @@ EXPECTED = {
     "p5_image_dir_loader.py": {("TF007", 5)},
     "p6_batch_keyword.py": {("TF007", 7)},
     "p7_global_alias.py": {("TF007", 14)},
+    "p8_loader_map_run.py": {("TF004", 32)},
 }
 
 
 def _findings(name: str) -> set:
-    found = check_source((CASES / name).read_text(), name, select=["TF001", "TF007"])
+    found = check_source((CASES / name).read_text(), name, select=["TF001", "TF004", "TF007"])
     if name.endswith(".ipynb"):  # ``nb.ipynb:cell 4:2:12`` -> ``cell 4:2``
         return {(f.rule_id, ":".join(f.location().split(":")[1:3])) for f in found}
     return {(f.rule_id, f.line) for f in found}

@@ -17,6 +17,7 @@ from allgpu.lint.facts import RUN_ATTRS
 from allgpu.lint.resolve import Module, dotted, kwarg
 
 _DEPTH = 6
+_STEPS = frozenset({"map", "prefetch", "shuffle", "repeat", "cache", "filter", "take", "with_options", "apply"})
 _LOADER = re.compile(r"^load$|^load_|dataset|loader|_input|input_|get_data|make_data|build_data")
 
 
@@ -58,7 +59,10 @@ def check_tf004_iterators(ctx) -> None:
 
 def undistributed_loader(mod: Module, expr: ast.expr) -> bool:
     """A project or library loader called for batches and not handed the strategy
-    (``builder.load(batch_size=64)``): it returns a plain per-host pipeline, as such loaders do."""
+    (``builder.load(batch_size=64)``, also followed by dataset steps: ``.load(batch_size=64).map(fn)``): it
+    returns a plain per-host pipeline, as such loaders do."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _STEPS:
+        expr = expr.func.value
     if not isinstance(expr, ast.Call) or kwarg(expr, "batch_size") is None:
         return False
     f = expr.func
@@ -129,6 +133,8 @@ def _loop_values(mod: Module, loop, name: str) -> list[ast.expr]:
     for d in mod.values_of(it.func.value)[:4]:
         if isinstance(d, ast.Dict):
             out += [v for v in d.values if v is not None]
+        elif isinstance(d, ast.DictComp):  # ``d = {k: strategy.experimental_distribute_dataset(v) for ...}``
+            out.append(d.value)
     return out[:8]
 
 
