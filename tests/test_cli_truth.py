@@ -131,3 +131,34 @@ def test_doctor_run_ctrl_c_stops_the_script_and_still_gives_the_verdict(tmp_path
     code, lines, stopped = run_child([sys.executable, str(script)], io.StringIO(), None, [])
     assert stopped == "interrupt" and code in (130, 143) and lines == ["step\n"]
     assert time.monotonic() - started < 30
+
+
+def test_doctor_options_after_run_or_without_it_are_usage_errors(capsys):
+    assert main(["doctor", "--run", "--report", "out", "train.py"]) == 2
+    assert "put doctor's options before --run" in capsys.readouterr().err
+    assert main(["doctor", "--steps", "3"]) == 2  # was silently ignored: a full machine check ran instead
+    assert "used only with --run" in capsys.readouterr().err
+
+
+def test_doctor_explain_lists_each_known_id_once(capsys):
+    assert main(["doctor", "--explain", "no-such-id"]) == 2
+    listed = capsys.readouterr().err.split("known ids: ")[1].split(". Fix")[0].split(", ")
+    assert len(listed) == len(set(listed)) and "input-bound" in listed
+
+
+def test_demo_below_the_bar_after_few_epochs_blames_the_epochs_not_the_machine(tmp_path, capsys, monkeypatch):
+    import allgpu.bench.demo as demo
+
+    def low(**kw):
+        return demo.DemoResult(2, "cpu", kw["epochs"], 64, 0.9, 0.3, 1.0, 0.5, 1.0, None, None, [])
+
+    monkeypatch.setattr(demo, "run_demo", low)
+    report = tmp_path / "new folder" / "deeper" / "out.json"
+    assert main(["demo", "--epochs", "2", "--report", str(report)]) == 1
+    err = capsys.readouterr().err
+    assert "after 2 epoch(s)" in err and "machine" not in err
+    assert json.loads(report.read_text())["test_accuracy"] == 0.9
+    assert main(["demo"]) == 1 and "something is wrong with this machine" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("")
+    assert main(["demo", "--report", str(tmp_path / "afile" / "x.json")]) == 2  # before training, not after
+    assert "is a file, not a folder" in capsys.readouterr().err

@@ -7,6 +7,7 @@ scikit-learn, read from disk, never downloaded). 80% train, 20% test, stratified
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,4 +114,6 @@ def report_paths(report: str) -> tuple[Path, Path]:
 
 def write_report(result: DemoResult, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.__dict__, indent=2) + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")  # whole or not at all
+    tmp.write_text(json.dumps(result.__dict__, indent=2) + "\n")
+    os.replace(tmp, path)

@@ -131,16 +131,33 @@ def run_log(path: Path, *, json_out: bool = False) -> int:
     return verdict_exit_code(verdict)
 
 
+def _run_usage_error(args: argparse.Namespace) -> str:
+    """Why ``--run`` and the options only it reads do not fit together ("" when they do): an option after
+    ``--run SCRIPT`` goes to the script, and one that works with --run only would be silently ignored without it."""
+    if args.run is not None and not args.run:
+        return "--run: name the script. Fix: allgpu doctor --run train.py [args]"
+    if args.run and args.run[0].startswith("-"):
+        return (f"--run {args.run[0]}: every word after --run goes to the script, so the script comes first. Fix: "
+                f"put doctor's options before --run: allgpu doctor {args.run[0]} ... --run train.py [args]")
+    only_run = [name for name, value in (("--steps", args.steps != 50), ("--report", args.report),
+                                         ("--timeout", args.timeout), ("--device-memory", args.device_memory)) if value]
+    if args.run is None and only_run:
+        return (f"{', '.join(only_run)}: used only with --run, and no --run was given (nothing ran). Fix: allgpu doctor {only_run[0]} ... "
+                "--run train.py [args]")
+    return ""
+
+
 def run(args: argparse.Namespace) -> int:
     if args.explain:
         from allgpu.doctor.explain import explain
 
         print(explain(args.explain), end="")  # an unknown id is an ArgumentError: exit 2, naming the known ids
         return 0
+    misplaced = _run_usage_error(args)
+    if misplaced:
+        print(f"allgpu doctor: {misplaced}", file=sys.stderr)
+        return 2
     if args.run is not None:
-        if not args.run:
-            print("allgpu doctor --run: name the script. Fix: allgpu doctor --run train.py [args]", file=sys.stderr)
-            return 2
         from allgpu.doctor.run_any import is_allgpu_script, run_any
 
         if is_allgpu_script(args.run[0]):

@@ -50,6 +50,6 @@ def explain(finding_id: str) -> str:
 
     if finding_id.upper() in RULES:
         return explain_rule(finding_id)
-    known = [*_MONITOR, *_DEVICES, *CAUSES, *RULES]
+    known = list(dict.fromkeys([*_MONITOR, *_DEVICES, *CAUSES, *RULES]))  # a cause id can be a monitor id too
     raise ArgumentError(f"unknown finding id {finding_id!r}; known ids: {', '.join(known)}. Fix: copy the id "
                         "from the finding's line (`allgpu: [warning] ID: ...`).")
