@@ -162,3 +162,11 @@ def test_demo_below_the_bar_after_few_epochs_blames_the_epochs_not_the_machine(t
     (tmp_path / "afile").write_text("")
     assert main(["demo", "--report", str(tmp_path / "afile" / "x.json")]) == 2  # before training, not after
     assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_run_names_a_folder_given_as_the_script(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "src").mkdir()
+    assert main(["run", "--cpu-replicas", "2", "src"]) == 2
+    err = capsys.readouterr().err
+    assert "'src' is a folder, not a script" in err and "Fix: give the path" in err

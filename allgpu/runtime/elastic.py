@@ -238,7 +238,9 @@ def plan(
     """
     env = os.environ if env is None else env
     if not os.path.isfile(script):
-        raise ScriptNotFoundError(f"script {script!r} not found (cwd {os.getcwd()}).")
+        what = "is a folder, not a script" if os.path.isdir(script) else "not found"
+        raise ScriptNotFoundError(f"script {script!r} {what} (cwd {os.getcwd()}). Fix: give the path of the Python "
+                                  "training script: allgpu run [options] train.py [args]")
     cluster_source = None
     if tf_config:
         nnodes, node_rank, rdzv_endpoint = _from_tf_config(env, nnodes, node_rank, rdzv_endpoint)
