@@ -18,6 +18,7 @@ import traceback
 from dataclasses import dataclass
 
 from allgpu.core.one_writer import exists_hint, read_hint
+from allgpu.core.port_hints import ddp_module_hint
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # allgpu/
 _KEY = "allgpu/ledger/{}"
@@ -159,7 +160,7 @@ def install_exit_record(ledger: Ledger) -> None:
             text = str(exc).splitlines()[0] if str(exc) else ""
             text = text if len(text) <= 160 else text[:157] + "..."
             ledger.record_exit(f"raised {exc_type.__name__}{': ' + text if text else ''} at {where}")
-            hint = read_hint(exc, ledger.rank) or exists_hint(exc)
+            hint = read_hint(exc, ledger.rank) or exists_hint(exc) or ddp_module_hint(exc)
             if hint and hasattr(exc, "add_note"):  # shown with the traceback, in the job's failure summary too
                 exc.add_note(hint)
         previous(exc_type, exc, tb)
