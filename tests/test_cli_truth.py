@@ -170,3 +170,39 @@ def test_run_names_a_folder_given_as_the_script(tmp_path, capsys, monkeypatch):
     assert main(["run", "--cpu-replicas", "2", "src"]) == 2
     err = capsys.readouterr().err
     assert "'src' is a folder, not a script" in err and "Fix: give the path" in err
+
+
+def test_ctrl_c_while_replica_0_waits_for_the_others_at_exit_is_no_traceback(tmp_path, capsys, monkeypatch):
+    """`allgpu demo` / `python train.py`: Ctrl-C after replica 0's script ended, while it waits for the others,
+    printed 'Exception ignored in atexit callback ... KeyboardInterrupt' and exited 0."""
+    import threading
+
+    from allgpu.runtime import replicas as mod
+
+    class Waiting:
+        pid, returncode = 999999, None
+
+        def wait(self, timeout=None):
+            if self.returncode is None:
+                self.returncode = -15
+                raise KeyboardInterrupt
+            return self.returncode
+
+        def poll(self):
+            return self.returncode
+
+        def terminate(self):
+            self.returncode = -15
+
+        kill = terminate
+
+    job = mod.ScriptReplicas.__new__(mod.ScriptReplicas)
+    job.__dict__.update(placement={"rank_offset": 0}, timeout_s=5, _procs={1: Waiting()}, error_dir=str(tmp_path),
+                        _stopping=False, _interrupted_main=False, _main_failed=False, _stopped=threading.Event(),
+                        _store=None)
+    monkeypatch.setattr(mod.os, "kill", lambda *a: None)
+    monkeypatch.setattr(mod, "_STOPPED", [])
+    monkeypatch.setattr(mod.os, "_exit", lambda code: (_ for _ in ()).throw(SystemExit(code)))
+    with pytest.raises(SystemExit) as ended:
+        job._at_exit()
+    assert ended.value.code == 130 and "interrupted (Ctrl-C) while waiting for replica 1" in capsys.readouterr().err

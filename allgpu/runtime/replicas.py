@@ -321,6 +321,12 @@ class ScriptReplicas:
                 code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 code = None
+            except KeyboardInterrupt:  # Ctrl-C once this replica's script was done: stop the others, no traceback
+                self._stopping = True
+                print(f"allgpu: interrupted (Ctrl-C) while waiting for replica {rank} to finish; stopping it.",
+                      file=sys.stderr, flush=True)
+                self.stop()
+                os._exit(130)
             if code not in (0,):
                 self._stopping = True
                 print(f"allgpu: replica {rank} did not finish cleanly (exit code {code}).", file=sys.stderr)
