@@ -11,25 +11,30 @@ model.safetensors``); transformers 4 and diffusers write from every replica into
 (:class:`SavePretrained`): replica 0 runs the model's own method into the folder, in place (the folder keeps
 its other files: a tokenizer's, checkpoints), and the others, calling it too, return once it is complete
 (:class:`allgpu.core.one_writer.OneWriter`); a replica naming its own folder runs the method there itself. Its
-class is untouched; pickling and ``copy.deepcopy`` drop it (:mod:`allgpu.core.plain_pickle`). The reason is in
+class is untouched; pickling and ``copy.deepcopy`` drop it (:mod:`allgpu.core.plain_pickle`). Under
+``FullyShardedStrategy`` every replica's call first gathers the weights (a collective) for replica 0 to save:
+the model's own method stopped at safetensors' bare ``RuntimeError: Attempted to access the data pointer on an
+invalid python storage`` on the shards. The reason is in
 ``docs/architecture.md``.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from torch import nn
 
 
-def offer(root: nn.Module, writer) -> None:
-    """Give ``root`` the write-once ``save_pretrained`` if its class has a Hugging Face one; idempotent."""
+def offer(root: nn.Module, writer, full_state: Callable[[nn.Module], dict] | None = None) -> None:
+    """Give ``root`` the write-once ``save_pretrained`` if its class has a Hugging Face one; idempotent.
+    ``full_state`` (``FullyShardedStrategy.full_state_dict``, a collective) gathers a sharded model's weights for
+    replica 0 to save, unless the call passes its own ``state_dict``."""
     cls = type(root)
     if "save_pretrained" in root.__dict__ or not callable(getattr(cls, "save_pretrained", None)) \
             or not callable(getattr(cls, "from_pretrained", None)):
         return
-    root.__dict__["save_pretrained"] = SavePretrained(root, writer)
+    root.__dict__["save_pretrained"] = SavePretrained(root, writer, full_state)
 
 
 class SavePretrained:
@@ -37,13 +42,15 @@ class SavePretrained:
     (replica 0 never waits). Raises what the model's own method raises, on replica 0, and a
     :class:`~allgpu.errors.CheckpointError` naming it on the others."""
 
-    def __init__(self, module: nn.Module, writer):
+    def __init__(self, module: nn.Module, writer, full_state: Callable[[nn.Module], dict] | None = None):
         self._ref = weakref.ref(module)  # no cycle through the module's __dict__
-        self._writer = writer
+        self._writer, self._full_state = writer, full_state
         self.__doc__ = type(module).save_pretrained.__doc__
 
     def __call__(self, save_directory, *args: Any, **kwargs: Any):
         module = self._ref()
         method = type(module).save_pretrained
+        if self._full_state is not None and kwargs.get("state_dict") is None:
+            kwargs["state_dict"] = self._full_state(module)  # a collective: every replica is here
         return self._writer.write(save_directory, lambda target: method(module, target, *args, **kwargs),
                                   "save_pretrained", in_place=True)

@@ -36,6 +36,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 
 from allgpu import keras as keras_support
 from allgpu.errors import ArgumentError, ArgumentTypeError, ShardingError
+from allgpu.core import hf_save
 from allgpu.core.assign_load import watch_assign
 from allgpu.core.mirror import mark_mirrored, mirror_tensors
 from allgpu.runtime.gloo_drain import wait_for_gloo_workers
@@ -183,6 +184,7 @@ class FullyShardedStrategy(MirroredStrategy):
             originals.extend(old for _, old in before)
             self._sync.attach(root)
             self._offer_no_sync(root)  # FSDP1's and DDP's `with model.no_sync():`, kept by a ported script
+            hf_save.offer(root, self._writer, self.full_state_dict)  # save_pretrained: gathered, written once
             self._forwards.watch(root)  # a forward on some replicas only is named at its first all-gather
             watch_assign(root, keep=lambda p: False, adopt=mark_mirrored)  # FSDP2 adopts what assign=True loads
             self._sharded.add(root)
