@@ -206,3 +206,16 @@ def test_ctrl_c_while_replica_0_waits_for_the_others_at_exit_is_no_traceback(tmp
     with pytest.raises(SystemExit) as ended:
         job._at_exit()
     assert ended.value.code == 130 and "interrupted (Ctrl-C) while waiting for replica 1" in capsys.readouterr().err
+
+
+def test_a_reader_that_leaves_the_pipe_is_no_traceback(monkeypatch, capsys):
+    """`allgpu lint --list-rules | head -1` printed a BrokenPipeError traceback."""
+    import io
+
+    class LeftPipe(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", LeftPipe())
+    assert main(["lint", "--list-rules"]) == 141
+    assert "Traceback" not in capsys.readouterr().err

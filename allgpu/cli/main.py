@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 COMMANDS = ("demo", "run", "doctor", "lint", "migrate", "bench")
@@ -45,10 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     from allgpu.errors import AllGpuError
 
     try:
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # a reader that left (`| head`) shows here, not as an error at interpreter exit
+        return code
     except AllGpuError as exc:  # a mistake allgpu recognised: its message names the fix; no traceback
         print(f"allgpu {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return exit_code_for(exc)  # 2 for a usage error, 1 for a failed run
+    except BrokenPipeError:  # `allgpu lint --list-rules | head -1`: the reader left; say nothing more
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit would raise again
+        except (AttributeError, OSError, ValueError):  # a stdout with no descriptor (captured)
+            pass
+        return 141  # the shell's code for SIGPIPE
     except KeyboardInterrupt:  # Ctrl-C: the replicas it started got it too; reports are written whole or not at all
         print(f"\nallgpu {args.command}: interrupted (Ctrl-C); nothing more was written", file=sys.stderr)
         return 130  # the shell's code for SIGINT
