@@ -44,6 +44,12 @@ def _inputs(kind, rank, replicas, shuffle):
         return make_input(x, y, batch_size=BATCH, shuffle=shuffle, **common)
     if kind == "tensors":
         return make_input(tx, ty, batch_size=BATCH, shuffle=shuffle, **common)
+    if kind == "tf_tensors":  # a batch taken from a tf.data dataset (keras-io's timeseries example predicts on one)
+        tf = pytest.importorskip("tensorflow")
+        return make_input(tf.constant(x), tf.constant(y), batch_size=BATCH, shuffle=shuffle, **common)
+    if kind == "pandas":
+        pd = pytest.importorskip("pandas")
+        return make_input(pd.DataFrame(x), pd.Series(y), batch_size=BATCH, shuffle=shuffle, **common)
     if kind == "dataset":
         return make_input(TensorDataset(tx, ty), batch_size=BATCH, shuffle=shuffle, **common)
     if kind == "dataloader":
@@ -61,7 +67,8 @@ def _epoch(data):
     return [(data.global_size, batch[1].tolist()) for batch in data]
 
 
-@pytest.mark.parametrize("kind", ["arrays", "tensors", "dataset", "dataloader", "pydataset", "generator"])
+@pytest.mark.parametrize("kind", ["arrays", "tensors", "tf_tensors", "pandas", "dataset", "dataloader", "pydataset",
+                                  "generator"])
 @pytest.mark.parametrize("replicas", [2, 3])
 def test_replicas_get_disjoint_slices_of_each_global_batch(kind, replicas):
     shuffle = kind != "generator"

@@ -257,6 +257,21 @@ def check_same_data(data: ShardedInput, strategy, what: str) -> None:
     strategy._one_program.same_data(("keras", source.length), lambda: fingerprint(source.length, get), what)
 
 
+def _as_arrays(x: Any) -> Any:
+    """Array-likes Keras takes as arrays (a TensorFlow tensor, such as a batch taken from a ``tf.data`` dataset
+    in keras-io's timeseries example; a pandas DataFrame or Series; a JAX array) as NumPy arrays; else ``x``."""
+    def convert(a):
+        module = type(a).__module__ or ""
+        if module.startswith("tensorflow") and hasattr(a, "numpy") and hasattr(a, "shape"):
+            return a.numpy()
+        if module.startswith("pandas") and hasattr(a, "to_numpy"):
+            return a.to_numpy()
+        if module.startswith(("jax", "jaxlib")) and hasattr(a, "__array__"):
+            return np.asarray(a)
+        return a
+    return tree.map_structure(convert, x)
+
+
 def _is_arrays(x: Any) -> bool:
     leaves = tree.flatten(x)
     return bool(leaves) and all(isinstance(a, (np.ndarray, torch.Tensor)) or a is None for a in leaves)
@@ -340,7 +355,8 @@ def make_input(x, y=None, sample_weight=None, *, batch_size: int | None, shuffle
         source = IndexSource(len(x), batch_size, num_replicas, rank, shuffle=shuffle, seed=seed, dataset=x)
     elif hasattr(x, "__next__") and hasattr(x, "__iter__"):
         source = StreamSource(x, num_replicas, rank, restart_each_epoch=False)
-    elif _is_arrays(x):
+    elif _is_arrays(x := _as_arrays(x)):
+        y, sample_weight = _as_arrays(y), _as_arrays(sample_weight)
         source = _arrays_input(x, y, sample_weight, class_weight, batch_size, shuffle, seed, num_replicas, rank)
     else:
         raise DatasetTypeError(f"cannot split a {type(x).__name__} across replicas. Fix: pass NumPy arrays or torch tensors "
