@@ -45,6 +45,9 @@ def _replica_main(rank, fn, devices, port, job_id, error_dir, timeout_s, args, k
     builtins.input = _no_input
     try:
         value = fn(*args, **kwargs)
+    except KeyboardInterrupt:  # torch's wrapper would end this replica with code 0 and no result: say why
+        results.put((rank, _INTERRUPTED))
+        raise
     finally:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -260,9 +263,16 @@ def _job_store(listening: socket.socket, replicas: int, timeout: float | None, j
     return store
 
 
+_INTERRUPTED = b"allgpu: replica interrupted"  # posted instead of a result by a replica Ctrl-C ended
+
+
 def _drain(results, values: list) -> None:
+    """Results posted so far into ``values``; KeyboardInterrupt when a replica was interrupted (Ctrl-C reaches every
+    replica: ``launch`` then ends as the interrupted function would, not with ``None`` for its result)."""
     while not results.empty():
         rank, value = results.get()
+        if value == _INTERRUPTED:
+            raise KeyboardInterrupt(f"replica {rank} was interrupted (SIGINT)")
         values[rank] = pickle.loads(value)
 
 
