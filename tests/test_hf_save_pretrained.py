@@ -55,6 +55,12 @@ for step in range(2):
     again = TinyPretrained.from_pretrained("model_out")
     mine = strategy.full_state_dict(model)  # replica 0's under FullyShardedStrategy, {} elsewhere
     ok.append(all(torch.equal(again.state_dict()[k], v) for k, v in mine.items()) and bool(mine or mode == "fsdp"))
+if mode == "mirrored":  # a Hugging Face model inside a module of the user's: model.bert.save_pretrained(d)
+    with strategy.scope():
+        outer = torch.nn.Sequential(TinyPretrained(), torch.nn.ReLU())
+    outer[0].save_pretrained("inner_out")
+    again = TinyPretrained.from_pretrained("inner_out")
+    ok[-1] = ok[-1] and all(torch.equal(again.state_dict()[k], v) for k, v in outer[0].state_dict().items())
 ok.append(os.path.exists("model_out/tokenizer.json"))  # written in place: the folder keeps its other files
 ok.append(mode == "fsdp" or "save_pretrained" not in copy.deepcopy(model).__dict__)  # a copy is a plain module
 json.dump(ok, open(os.path.join(out, f"r{strategy.replica_id_in_sync}.json"), "w"))

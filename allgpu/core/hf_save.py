@@ -27,14 +27,16 @@ from torch import nn
 
 
 def offer(root: nn.Module, writer, full_state: Callable[[nn.Module], dict] | None = None) -> None:
-    """Give ``root`` the write-once ``save_pretrained`` if its class has a Hugging Face one; idempotent.
-    ``full_state`` (``FullyShardedStrategy.full_state_dict``, a collective) gathers a sharded model's weights for
-    replica 0 to save, unless the call passes its own ``state_dict``."""
-    cls = type(root)
-    if "save_pretrained" in root.__dict__ or not callable(getattr(cls, "save_pretrained", None)) \
-            or not callable(getattr(cls, "from_pretrained", None)):
-        return
-    root.__dict__["save_pretrained"] = SavePretrained(root, writer, full_state)
+    """Give ``root``, and without ``full_state`` each of its submodules (``self.bert = AutoModel...`` inside a
+    module of the user's, saved as ``model.bert.save_pretrained(d)``), the write-once ``save_pretrained`` if its
+    class has a Hugging Face one; idempotent. ``full_state`` (``FullyShardedStrategy.full_state_dict``, a
+    collective) gathers a sharded root's weights for replica 0 to save, unless the call passes its own
+    ``state_dict``."""
+    for module in [root] if full_state is not None else root.modules():
+        cls = type(module)
+        if "save_pretrained" not in module.__dict__ and callable(getattr(cls, "save_pretrained", None)) \
+                and callable(getattr(cls, "from_pretrained", None)):
+            module.__dict__["save_pretrained"] = SavePretrained(module, writer, full_state)
 
 
 class SavePretrained:
