@@ -61,6 +61,8 @@ if mode == "mirrored":  # a Hugging Face model inside a module of the user's: mo
     outer[0].save_pretrained("inner_out")
     again = TinyPretrained.from_pretrained("inner_out")
     ok[-1] = ok[-1] and all(torch.equal(again.state_dict()[k], v) for k, v in outer[0].state_dict().items())
+    mirrored = strategy.mirror(torch.nn.Sequential(TinyPretrained()))  # built outside the scope
+    ok[-1] = ok[-1] and "save_pretrained" not in copy.deepcopy(mirrored)[0].__dict__  # copies without it
 ok.append(os.path.exists("model_out/tokenizer.json"))  # written in place: the folder keeps its other files
 ok.append(mode == "fsdp" or "save_pretrained" not in copy.deepcopy(model).__dict__)  # a copy is a plain module
 json.dump(ok, open(os.path.join(out, f"r{strategy.replica_id_in_sync}.json"), "w"))

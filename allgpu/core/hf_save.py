@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 from torch import nn
 
+from allgpu.core.plain_pickle import pickle_plain
+
 
 def offer(root: nn.Module, writer, full_state: Callable[[nn.Module], dict] | None = None) -> None:
     """Give ``root``, and without ``full_state`` each of its submodules (``self.bert = AutoModel...`` inside a
@@ -37,6 +39,7 @@ def offer(root: nn.Module, writer, full_state: Callable[[nn.Module], dict] | Non
         if "save_pretrained" not in module.__dict__ and callable(getattr(cls, "save_pretrained", None)) \
                 and callable(getattr(cls, "from_pretrained", None)):
             module.__dict__["save_pretrained"] = SavePretrained(module, writer, full_state)
+            pickle_plain(module)  # torch.save(model) / copy.deepcopy: without it (it holds the job's store)
 
 
 class SavePretrained:
