@@ -219,3 +219,11 @@ def test_a_reader_that_leaves_the_pipe_is_no_traceback(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdout", LeftPipe())
     assert main(["lint", "--list-rules"]) == 141
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_folder_with_no_script_is_said_not_passed_in_silence(tmp_path, capsys):
+    (tmp_path / "notes").mkdir()
+    assert main(["lint", str(tmp_path / "notes")]) == 0
+    assert "no .py or .ipynb file under" in capsys.readouterr().err
+    assert main(["migrate", str(tmp_path / "notes")]) == 0
+    assert "nothing to migrate" in capsys.readouterr().err

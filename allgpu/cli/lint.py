@@ -73,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
     except LintUsageError as exc:
         print(f"allgpu lint: error: {exc}", file=sys.stderr)
         return 2
+    if not n_files:  # a mistyped folder must not pass a CI step in silence
+        print(f"allgpu lint: warning: no .py or .ipynb file under {', '.join(map(repr, cfg.paths))}: nothing was "
+              "checked", file=sys.stderr)
     if cfg.statistics:
         sys.stdout.write(format_statistics(findings, n_files, cfg.fmt))
     else:

@@ -53,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
     from allgpu.migrate import migrate_file
 
     cfg = MigrateConfig(_scripts(args.paths), args.write, not args.no_diff)
+    if not cfg.paths:
+        print(f"allgpu migrate: no .py or .ipynb file under {', '.join(map(repr, args.paths))}: nothing to migrate",
+              file=sys.stderr)
     complete = True
     for path in cfg.paths:
         migration = migrate_file(path, write=cfg.write)  # MigrateInputError: exit 2, from main
