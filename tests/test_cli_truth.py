@@ -227,3 +227,9 @@ def test_a_folder_with_no_script_is_said_not_passed_in_silence(tmp_path, capsys)
     assert "no .py or .ipynb file under" in capsys.readouterr().err
     assert main(["migrate", str(tmp_path / "notes")]) == 0
     assert "nothing to migrate" in capsys.readouterr().err
+
+
+def test_doctor_log_of_an_empty_capture_says_so(tmp_path, capsys):
+    (tmp_path / "run.log").write_text("\n")
+    assert main(["doctor", "--log", str(tmp_path / "run.log")]) == 2
+    assert "the log is empty" in capsys.readouterr().err

@@ -19,7 +19,8 @@ from allgpu.doctor import EnvironmentReading, ReadingFormatError, diagnose, exit
 from allgpu.doctor.report import render, to_json
 
 EPILOG = ("exit code: 0 when no problem is an error (warnings and info allowed), 1 when at least one is, "
-          "2 when --reading or --log cannot be read; --run of a script that failed: the script's exit code. "
+          "2 when --reading or --log cannot be read (or the log is empty) or --run is misused (nothing ran); "
+          "--run of a script that failed: the script's exit code. "
           "Cause ids of --log/--run verdicts: allgpu/doctor/causes.py.")
 
 
@@ -112,7 +113,7 @@ def load_reading(path: Path) -> EnvironmentReading:
 
 
 def run_log(path: Path, *, json_out: bool = False) -> int:
-    """``allgpu doctor --log FILE``: 0 with no error finding, 1 with one, 2 when the file cannot be read."""
+    """``allgpu doctor --log FILE``: 0 with no error finding, 1 with one, 2 when the file cannot be read or is empty."""
     from allgpu.doctor.log_reader import read_log
     from allgpu.doctor.verdict import verdict_from_log
     from allgpu.doctor.verdict_report import render_verdict, verdict_exit_code
@@ -122,6 +123,10 @@ def run_log(path: Path, *, json_out: bool = False) -> int:
     except OSError as exc:
         print(f"allgpu doctor --log {path}: cannot read it ({exc.strerror}). Fix: save the run's output with "
               "`python train.py 2>&1 | tee run.log` and pass run.log.", file=sys.stderr)
+        return 2
+    if not text.strip():  # an empty capture (a redirect that missed stderr, a run that had not started)
+        print(f"allgpu doctor --log {path}: the log is empty, so there is nothing to read. Fix: capture stdout and "
+              "stderr together: `python train.py 2>&1 | tee run.log`, and pass run.log.", file=sys.stderr)
         return 2
     verdict = verdict_from_log(read_log(text))
     if json_out:
@@ -142,8 +147,8 @@ def _run_usage_error(args: argparse.Namespace) -> str:
     only_run = [name for name, value in (("--steps", args.steps != 50), ("--report", args.report),
                                          ("--timeout", args.timeout), ("--device-memory", args.device_memory)) if value]
     if args.run is None and only_run:
-        return (f"{', '.join(only_run)}: used only with --run, and no --run was given (nothing ran). Fix: allgpu doctor {only_run[0]} ... "
-                "--run train.py [args]")
+        return (f"{', '.join(only_run)}: used only with --run, and no --run was given (nothing ran). Fix: "
+                f"allgpu doctor {only_run[0]} ... --run train.py [args]")
     return ""
 
 
