@@ -233,3 +233,17 @@ def test_doctor_log_of_an_empty_capture_says_so(tmp_path, capsys):
     (tmp_path / "run.log").write_text("\n")
     assert main(["doctor", "--log", str(tmp_path / "run.log")]) == 2
     assert "the log is empty" in capsys.readouterr().err
+
+
+def test_migrate_on_a_folder_goes_on_past_a_file_that_does_not_parse(tmp_path, capsys):
+    from allgpu.cli.main import main
+
+    (tmp_path / "a_broken.py").write_text("def f(:\n")
+    (tmp_path / "b_train.py").write_text("import tensorflow as tf\nstrategy = tf.distribute.MirroredStrategy()\n")
+    code = main(["migrate", "--write", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1, err  # something ran: not a usage error
+    assert "a_broken.py" in err and "the other files go on" in err and "1 of 2 file(s) could not be migrated" in err
+    assert "allgpu.MirroredStrategy()" in (tmp_path / "b_train.py").read_text()
+    assert (tmp_path / "a_broken.py").read_text() == "def f(:\n"
+    assert main(["migrate", str(tmp_path / "a_broken.py")]) == 2  # the one file: a usage error, as before

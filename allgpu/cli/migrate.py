@@ -2,7 +2,8 @@
 
 Prints a unified diff per script and a note per change, fix and thing not converted (with the line and why);
 ``--write`` applies the result (atomically). Exit code: 0 everything converted, 1 something was not converted or
-``allgpu lint`` finds an error in the result, 2 usage error (missing or unparsable file).
+``allgpu lint`` finds an error in the result or a file among several could not be read (the others are
+migrated), 2 usage error (the file, or every file, missing or unparsable: nothing migrated).
 """
 
 from __future__ import annotations
@@ -50,19 +51,31 @@ def _scripts(paths: list[str]) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from allgpu.errors import MigrateInputError
     from allgpu.migrate import migrate_file
 
     cfg = MigrateConfig(_scripts(args.paths), args.write, not args.no_diff)
     if not cfg.paths:
         print(f"allgpu migrate: no .py or .ipynb file under {', '.join(map(repr, args.paths))}: nothing to migrate",
               file=sys.stderr)
-    complete = True
+    complete, failed = True, 0
     for path in cfg.paths:
-        migration = migrate_file(path, write=cfg.write)  # MigrateInputError: exit 2, from main
+        try:
+            migration = migrate_file(path, write=cfg.write)
+        except MigrateInputError as exc:
+            if len(cfg.paths) == 1:
+                raise  # the one script cannot be read: a usage error (exit 2, from main); nothing ran
+            print(f"allgpu migrate: {type(exc).__name__}: {exc}; the other files go on", file=sys.stderr)
+            failed += 1
+            continue
         if cfg.diff:
             sys.stdout.write(migration.diff())
         sys.stderr.write(migration.report(written=cfg.write and migration.changed))
         if cfg.write and migration.changed:
             print(f"{path}: written", file=sys.stderr)
         complete = complete and migration.complete
+    if failed:
+        print(f"allgpu migrate: {failed} of {len(cfg.paths)} file(s) could not be migrated (their lines above)",
+              file=sys.stderr)
+        return 2 if failed == len(cfg.paths) else 1
     return 0 if complete else 1

@@ -17,7 +17,7 @@ from allgpu.errors import MigrateInputError
 from allgpu.migrate.api import migrate_source
 from allgpu.lint.notebook_files import writefile_scripts
 from allgpu.migrate.cells import join, split
-from allgpu.migrate.notes import KINDS, LINT, NOT_CONVERTED, Migration
+from allgpu.migrate.notes import KINDS, LINT, NOT_CONVERTED, Migration, summary
 
 
 @dataclass(frozen=True)
@@ -75,14 +75,7 @@ class NotebookMigration:
         migrated = self.path if written else f"{self.path} (migrated)"
         lines = [f"{migrated if kind == LINT else self.path}:{', '.join(dict.fromkeys(at))}: {kind}: {message}"
                  for (kind, message), at in grouped.items()]
-        left = sum(n.kind == NOT_CONVERTED for n in self.notes)
-        if not self.changed and not self.notes:
-            lines.append(f"{self.path}: nothing to migrate (no TensorFlow names)")
-        elif left:
-            lines.append(f"{self.path}: {left} thing(s) not converted: see the lines above; the rest is migrated")
-        else:
-            lines.append(f"{self.path}: migrated; everything had a direct equivalent")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + summary(self.path, self.changed, self.notes)) + "\n"
 
 
 def _read(raw: str, path: str):

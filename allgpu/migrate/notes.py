@@ -97,15 +97,20 @@ class Migration:
         migrated = self.path if written else f"{self.path} (migrated)"
         lines = [f"{migrated if kind == LINT else self.path}:{','.join(map(str, sorted(set(at))))}: {kind}: {message}"
                  for (kind, message), at in grouped.items()]
-        left = sum(n.kind == NOT_CONVERTED for n in self.notes)
-        errors = sum(n.kind == LINT and n.message.startswith("error") for n in self.notes)
-        if not self.changed and not self.notes:
-            lines.append(f"{self.path}: nothing to migrate (no TensorFlow names)")
-        elif left:
-            lines.append(f"{self.path}: {left} thing(s) not converted: see the lines above; the rest is migrated")
-        else:
-            lines.append(f"{self.path}: migrated; everything had a direct equivalent")
-        if errors:
-            lines.append(f"{self.path}: allgpu lint finds {errors} error(s) in the result (the `lint: error` lines; "
-                         "`allgpu lint --explain ID` shows the fix)")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + summary(self.path, self.changed, self.notes)) + "\n"
+
+
+def summary(path: str, changed: bool, notes) -> list[str]:
+    """A migration report's closing lines (a script's or a notebook's): what was left, and lint's errors."""
+    left = sum(n.kind == NOT_CONVERTED for n in notes)
+    errors = sum(n.kind == LINT and n.message.startswith("error") for n in notes)
+    if not changed and not notes:
+        lines = [f"{path}: nothing to migrate (no TensorFlow names)"]
+    elif left:
+        lines = [f"{path}: {left} thing(s) not converted: see the lines above; the rest is migrated"]
+    else:
+        lines = [f"{path}: migrated; everything had a direct equivalent"]
+    if errors:
+        lines.append(f"{path}: allgpu lint finds {errors} error(s) in the result (the `lint: error` lines; "
+                     "`allgpu lint --explain ID` shows the fix)")
+    return lines
