@@ -13,6 +13,26 @@ from typing import Sequence
 from allgpu.runtime.replicas import free_port  # noqa: F401  (re-exported: tests take ports from here)
 
 
+def job_port() -> int:
+    """A port free now for a job whose processes a test starts independently (pods, Slurm tasks given MASTER_PORT).
+    Taken below Linux's ephemeral range (32768-60999) and Slurm's derived ports (15000-30999): a port bind(0)
+    gave is released before the job's store binds it, and meanwhile another test's process binding port 0 (Gloo's
+    listeners do) could take it; two tests' pods then met once in CI (a 200 s hang)."""
+    import random
+    import socket
+
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10000, 15000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 10000-14999")
+
+
 def _env(extra: dict | None) -> dict:
     return {**os.environ, **(extra or {})}
 

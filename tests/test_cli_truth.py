@@ -127,8 +127,15 @@ def test_doctor_run_ctrl_c_stops_the_script_and_still_gives_the_verdict(tmp_path
     main_thread = threading.main_thread().ident
     started = time.monotonic()
     timer = threading.Timer(3.0, lambda: signal.pthread_kill(main_thread, signal.SIGINT))
-    timer.start()
-    code, lines, stopped = run_child([sys.executable, str(script)], io.StringIO(), None, [])
+    # Python's own Ctrl-C handler, as in the CLI's fresh process: an earlier test in this worker may have left
+    # another library's handler installed (Ray Train's trainer installs one that aborts its run).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        timer.start()
+        code, lines, stopped = run_child([sys.executable, str(script)], io.StringIO(), None, [])
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert stopped == "interrupt" and code in (130, 143) and lines == ["step\n"]
     assert time.monotonic() - started < 30
 

@@ -4,7 +4,6 @@ so the docs show what runs), all running the Slurm page's unchanged train.py. Pa
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ import torch
 import yaml
 
 from tests.engine_tier import doc_blocks, job_env
+from tests.harness import job_port
 
 pytestmark = [pytest.mark.replicas, pytest.mark.timeout(300)]
 
@@ -21,9 +21,7 @@ POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 
 
 def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
+    return str(job_port())
 
 
 def _run_pods(tmp_path, envs: list[dict]) -> dict:

@@ -68,11 +68,9 @@ srun python"""
 
 
 def _free_port() -> int:
-    import socket
+    from tests.harness import job_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return job_port()
 
 
 def _params(path):
