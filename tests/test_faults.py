@@ -9,6 +9,8 @@ and finishes. (A SIGKILLed replica recovering under `allgpu run --max-restarts 1
 from __future__ import annotations
 
 import re
+import subprocess
+import threading
 import time
 
 import pytest
@@ -104,8 +106,25 @@ def _newest_checkpoint_loads(folder) -> None:
         checkpoint.restore(newest, model, torch.optim.SGD(model.parameters(), lr=1))
 
 
+def _rest(proc, timeout_s: float) -> str:
+    """The rest of the output, read through the same text stream the lines before were read from. Not
+    ``communicate(timeout=...)``: it reads the pipe's descriptor directly, and what the stream had already read
+    ahead (the lines that came in the same chunk as the fault's line) was lost: once in CI the replicas' whole
+    account of the fault was missing that way."""
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    if reader.is_alive():
+        proc.kill()
+        reader.join(10)
+        raise subprocess.TimeoutExpired(proc.args, timeout_s, "".join(out))
+    proc.wait(timeout=10)
+    return "".join(out)
+
+
 def _ended_in_time_naming_replica_1(proc, seen, faulted, mode, timeout_s) -> str:
-    rest = proc.communicate(timeout=timeout_s + 40)[0]
+    rest = _rest(proc, timeout_s + 40)
     took = time.monotonic() - faulted
     out = "".join(seen) + rest
     assert proc.returncode != 0 and "finished" not in out, out[-3000:]
